@@ -1,0 +1,3 @@
+"""rlrun: a declarative experiment runner for reinforcement learning on PyTorch."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from rlrun.cli import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""SAC (Haarnoja et al. 2018, "SAC: algorithms and applications"): twin Q with
+target networks updated by polyak averaging, tanh-Gaussian actor, learned
+temperature with target entropy -|A|.
+
+One backward pass serves all three losses; the actor's loss evaluates the
+critic with its parameters frozen so that only the actor's loss reaches the
+actor and only the TD loss reaches the critic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from rlrun.modules.models import Models
+from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.registry import register
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """Evaluates ``module`` without accumulating gradients in its parameters."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+class SACLoss(nn.Module):
+    """SAC losses for the critic, the actor and the temperature.
+
+    Args:
+        models: ``actor`` (tanh_normal) and ``critic`` (TwinQCritic).
+        gamma: Discount.
+        tau: Polyak rate of the target critic (paper's 0.995 "polyak" is 1 - tau).
+        init_alpha: Initial temperature.
+        target_entropy: Target policy entropy; ``None`` means ``-action_dim``.
+        learn_alpha: Learn the temperature (else fixed at ``init_alpha``).
+    """
+
+    def __init__(self, models: Models, action_dim: int, gamma: float = 0.99, tau: float = 0.005,
+                 init_alpha: float = 1.0, target_entropy: float | None = None,
+                 learn_alpha: bool = True):
+        super().__init__()
+        self.models, self.gamma, self.tau = models, gamma, tau
+        self.target_critic = target_copy(models.critic)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=learn_alpha)
+        self.target_entropy = -float(action_dim) if target_entropy is None else target_entropy
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        groups = {"actor": list(self.models.actor.parameters()),
+                  "critic": list(self.models.critic.parameters())}
+        if self.log_alpha.requires_grad:
+            groups["alpha"] = [self.log_alpha]
+        return groups
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        actor, critic = self.models.actor, self.models.critic
+        obs, action = td["observation"], td["action"]
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_obs = td["next", "observation"]
+            next_action, next_log_prob = actor.sample(next_obs)
+            next_q = self.target_critic(next_obs, next_action).min(0).values
+            not_terminal = (~td["next", "terminated"]).squeeze(-1).float()
+            target = td["next", "reward"].squeeze(-1) + self.gamma * not_terminal * (
+                next_q - alpha * next_log_prob)
+        q = critic(obs, action)
+        td_error = q - target
+        weight = td.get("priority_weight", None)
+        sq = td_error.pow(2) if weight is None else td_error.pow(2) * weight
+        loss_critic = 0.5 * sq.mean(-1).sum()
+
+        new_action, log_prob = actor.sample(obs)
+        with frozen(critic):
+            q_new = critic(obs, new_action).min(0).values
+        loss_actor = (alpha * log_prob - q_new).mean()
+        loss_alpha = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        return {
+            "loss_critic": loss_critic,
+            "loss_actor": loss_actor,
+            "loss_alpha": loss_alpha,
+            "alpha": alpha,
+            "entropy": -log_prob.detach().mean(),
+            "q_value": q.detach().mean(),
+            "td_error": td_error.detach().abs().max(0).values,
+        }
+
+    def update_targets(self) -> None:
+        polyak_update(self.target_critic, self.models.critic, self.tau)
+
+
+@register("loss", "sac")
+def make_sac_loss(models: Models, spec, gamma: float = 0.99, tau: float = 0.005,
+                  init_alpha: float = 1.0, target_entropy: float | None = None,
+                  learn_alpha: bool = True) -> SACLoss:
+    """SAC: twin-Q TD loss, reparameterised actor loss, learned temperature."""
+    return SACLoss(models, spec.action_dim, gamma, tau, init_alpha, target_entropy, learn_alpha)

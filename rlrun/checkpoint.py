@@ -1,0 +1,77 @@
+"""Atomic checkpoints loaded without unpickling code.
+
+A checkpoint is one ``torch.save`` file of tensors, numbers, strings, lists and
+dicts, written to a temporary file in the same directory, fsynced, then moved
+over the old one with ``os.replace`` (atomic on POSIX): a crash mid-write
+leaves the previous checkpoint intact. Loading uses ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlrun.errors import CheckpointError
+
+FORMAT_VERSION = 1
+
+
+def save(state: dict[str, Any], path: str | Path) -> None:
+    """Writes ``state`` to ``path`` atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"format_version": FORMAT_VERSION, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Reads a checkpoint, raising ``CheckpointError`` with a fix if it cannot be used."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint file at {path}", key="resume",
+                              fix="point resume= at a run directory or checkpoint.pt written by rlrun")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(
+            f"cannot read checkpoint {path} ({type(err).__name__}: {str(err).splitlines()[0]})",
+            key="resume",
+            fix=f"the file is damaged or not an rlrun checkpoint: delete {path} to start afresh, "
+            "or set resume= to another checkpoint",
+        ) from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} is not an rlrun checkpoint of format {FORMAT_VERSION}",
+                              key="resume", fix=f"delete {path} to start afresh")
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states as weights-only-loadable values."""
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "python": list(random.getstate()[1]) + [random.getstate()[0]],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"],
+                         n["has_gauss"], n["cached"]))
+    py = state["python"]
+    random.setstate((py[-1], tuple(py[:-1]), None))

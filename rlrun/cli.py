@@ -1,0 +1,166 @@
+"""The ``rlrun`` command: Hydra entry point, component listing, clear errors.
+
+    rlrun [overrides]            train (Hydra: -m for multirun, --cfg job, --help)
+    rlrun list [kind]            registered components and config presets
+
+Config mistakes are caught before Hydra composes (unknown preset, misspelt
+key) or while building (wrong type, bad value) and reported as one message
+naming the key and the fix, with exit code 2. ``HYDRA_FULL_ERROR=1`` shows the
+full traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from rlrun.errors import ConfigError, RlrunError, did_you_mean
+
+CONF_DIR = Path(str(files("rlrun.conf")))
+
+
+def _run_name(override_dirname: str) -> str:
+    return override_dirname.replace("/", "_") or "default"
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+def register_resolvers() -> None:
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Config groups of the shipped tree and their options."""
+    return {d.name: sorted(p.stem for p in d.glob("*.yaml"))
+            for d in sorted(CONF_DIR.iterdir()) if d.is_dir() and not d.name.startswith("_")}
+
+
+def _first_comment(path: Path) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def list_components(args: list[str]) -> int:
+    """Prints registered components and config presets, one line each."""
+    from rlrun.registry import KINDS, entries
+
+    kind = args[0] if args else None
+    groups = config_groups()
+    if kind and kind not in KINDS and kind not in groups:
+        print(f"rlrun: error: unknown kind {kind!r}.{did_you_mean(kind, [*KINDS, *groups])}\n"
+              f"  fix: use one of {', '.join(sorted({*KINDS, *groups}))}", file=sys.stderr)
+        return 2
+    if kind is None or kind in groups:
+        print("config presets (select with group=option):")
+        for group, options in groups.items():
+            if kind in (None, group):
+                for opt in options:
+                    print(f"  {f'{group}={opt}':<28} {_first_comment(CONF_DIR / group / f'{opt}.yaml')}")
+    if kind is None or kind in KINDS:
+        print("registered components (name: in a config node):")
+        for e in entries(kind if kind in KINDS else None):
+            print(f"  {f'{e.kind}/{e.name}':<28} {e.summary}")
+    return 0
+
+
+def precheck(args: list[str]) -> None:
+    """Reports unknown presets and misspelt keys with a fix, before Hydra composes."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:
+        raise ConfigError(f"cannot parse overrides: {err}",
+                          fix="write overrides as key=value, e.g. seed=1") from None
+    groups = config_groups()
+    group_overrides, value_overrides = [], []
+    for o in parsed:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.package:
+            continue
+        if key in groups:
+            values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
+                      else [str(o.value())])
+            for v in values:
+                if v not in groups[key]:
+                    raise ConfigError(f"unknown {key} {v!r}.{did_you_mean(v, groups[key])}",
+                                      key=key, fix=f"use one of: {', '.join(groups[key])}")
+            if not o.is_sweep_override():
+                group_overrides.append(o.input_line)
+        elif not (o.is_add() or o.is_delete() or o.is_force_add()):
+            value_overrides.append(o)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+    for o in value_overrides:
+        parent_key, _, leaf = o.key_or_group.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if parent is None or not OmegaConf.is_dict(parent):
+            raise ConfigError(f"{parent_key or o.key_or_group!r} is not a config section",
+                              key=o.key_or_group, fix="check the key with `rlrun --cfg job`")
+        if leaf not in parent:
+            raise ConfigError(
+                f"no such config key.{did_you_mean(leaf, [str(k) for k in parent.keys()])}",
+                key=o.key_or_group,
+                fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
+                f"+{o.key_or_group}=...")
+
+
+def _task(cfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlrun.run import train
+
+    hc = HydraConfig.get()
+    try:
+        summary = train(cfg, Path(hc.runtime.output_dir), dict(hc.runtime.choices))
+    except RlrunError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"rlrun: error: {err.render()}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    ret = summary.get("eval/episode_return")
+    print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
+          f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> "
+          f"{summary['run_dir']}", file=sys.stderr)
+    if summary["status"] == "interrupted":
+        sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["list"]:
+        return list_components(argv[1:])
+    register_resolvers()
+    info_only = any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c",
+                          "--shell-completion", "-sc") or a.startswith("--cfg") for a in argv)
+    if not info_only:
+        try:
+            precheck(argv)
+        except RlrunError as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"rlrun: error: {err.render()}", file=sys.stderr)
+            return err.exit_code
+    import hydra
+
+    hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
+                            config_name="config")(_task)
+    sys.argv = [sys.argv[0], *argv]
+    hydra_main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Gymnasium vector envs behind a small array interface.
+
+``GymVecEnv`` wraps ``gymnasium.make_vec`` (sync or async) in SAME_STEP
+autoreset mode: when a sub-env ends, ``step`` returns its reset observation and
+gymnasium hands the true final observation in ``info["final_obs"]``. The
+adapter puts that final observation in ``next_obs`` so the collector never
+records a fake transition (NEXT_STEP mode would emit one step that ignores the
+action) and bootstrapping through truncation sees the real last state.
+
+Per-sub-env transforms use gymnasium's own wrappers: float64 -> float32
+(``DtypeObservation``), action rescaling to [-1, 1] (``RescaleAction``) and
+clipping (``ClipAction``), the time limit, and later Atari preprocessing.
+Observation normalisation lives in the networks (``ObservationNormalizer``),
+reward scaling in the collector: both then act identically on observations,
+final observations and evaluation, which an observation wrapper cannot do for
+``info["final_obs"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from rlrun.errors import ConfigError
+from rlrun.registry import register
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What networks and buffers need to know about an env.
+
+    Attributes:
+        observation_shape: Shape of one observation.
+        observation_dtype: Numpy dtype of observations (float32 or uint8).
+        discrete: True for a Discrete action space.
+        action_dim: Number of actions (discrete) or action vector size.
+        action_low, action_high: Bounds the policy acts in (after rescaling).
+    """
+
+    observation_shape: tuple[int, ...]
+    observation_dtype: np.dtype
+    discrete: bool
+    action_dim: int
+    action_low: float = -1.0
+    action_high: float = 1.0
+
+
+def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[Callable]:
+    wrappers: list[Callable] = []
+    if float32:
+        wrappers.append(_to_float32)
+    if rescale_actions:
+        wrappers.append(_rescale)
+    if clip_actions:
+        wrappers.append(_clip)
+    return wrappers
+
+
+def _to_float32(env: gym.Env) -> gym.Env:
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
+        return gym.wrappers.DtypeObservation(env, np.float32)
+    return env
+
+
+def _rescale(env: gym.Env) -> gym.Env:
+    if isinstance(env.action_space, gym.spaces.Box):
+        return gym.wrappers.RescaleAction(env, -1.0, 1.0)
+    return env
+
+
+def _clip(env: gym.Env) -> gym.Env:
+    if isinstance(env.action_space, gym.spaces.Box):
+        return gym.wrappers.ClipAction(env)
+    return env
+
+
+class GymVecEnv:
+    """A gymnasium vector env that returns plain numpy arrays.
+
+    Args:
+        id: Gymnasium id, e.g. ``"CartPole-v1"``.
+        num_envs: Number of sub-envs.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
+        max_episode_steps: Overrides the id's time limit (truncation).
+        rescale_actions: Box actions are rescaled so the policy acts in [-1, 1].
+        clip_actions: Box actions are clipped to the bounds (Normal policies).
+        extra_wrappers: More per-sub-env wrappers, applied after the above.
+        make_kwargs: Extra keyword arguments for ``gymnasium.make``.
+
+    Examples:
+        >>> env = GymVecEnv("Pendulum-v1", num_envs=2)
+        >>> obs = env.reset(seed=0)
+        >>> next_obs, reward, term, trunc, reset_obs = env.step(np.zeros((2, 1), np.float32))
+    """
+
+    def __init__(
+        self,
+        id: str,
+        num_envs: int = 1,
+        vectorization: str = "sync",
+        max_episode_steps: int | None = None,
+        rescale_actions: bool = True,
+        clip_actions: bool = True,
+        extra_wrappers: list[Callable] | None = None,
+        make_kwargs: dict[str, Any] | None = None,
+    ):
+        if vectorization not in ("sync", "async"):
+            raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
+                              fix="use env.vectorization=sync or env.vectorization=async")
+        _check_id(id)
+        wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
+        self.id, self.num_envs = id, num_envs
+        try:
+            self.env = gym.make_vec(
+                id, num_envs=num_envs, vectorization_mode=vectorization,
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, wrappers=wrappers,
+                **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}),
+                **(make_kwargs or {}),
+            )
+        except gym.error.DependencyNotInstalled as err:
+            raise ConfigError(f"{id} needs a package that is not installed ({err})", key="env.id",
+                              fix="install the env family's extra, e.g. pip install 'rlrun[mujoco]'"
+                              ) from None
+        # ClipAction widens the visible space to (-inf, inf): take bounds from below it.
+        act_space = self.env.single_action_space
+        if clip_actions and isinstance(act_space, gym.spaces.Box):
+            act_space = (gym.spaces.Box(-1.0, 1.0, act_space.shape, np.float32) if rescale_actions
+                         else gym.make(id, **(make_kwargs or {})).action_space)
+        self.spec = _spec(self.env.single_observation_space, act_space)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        obs, _ = self.env.reset(seed=seed)
+        return obs
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Steps every sub-env.
+
+        Returns:
+            ``(next_obs, reward, terminated, truncated, obs)``: ``next_obs`` is the
+            observation each action led to (the true final one where an episode
+            ended); ``obs`` is where each sub-env continues from (its reset
+            observation where an episode ended, else ``next_obs`` itself).
+        """
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        next_obs = obs
+        if "_final_obs" in info:  # only on steps where some episode ended
+            mask = info["_final_obs"]
+            next_obs = obs.copy()
+            next_obs[mask] = np.stack(info["final_obs"][mask])
+        return next_obs, reward, terminated, truncated, obs
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _check_id(id: str) -> None:
+    """Fails early, with the fix, when the id is not registered in gymnasium."""
+    try:
+        gym.spec(id)
+    except gym.error.Error as err:
+        raise ConfigError(
+            f"gymnasium has no environment {id!r} ({type(err).__name__}: {err})", key="env.id",
+            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'),"
+            " import the package that registers it, or pick a preset: env=cartpole|pendulum|...",
+        ) from None
+
+
+def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ConfigError(f"observation space {obs_space} is not a Box", key="env.id",
+                          fix="wrap the env so that it returns array observations")
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(obs_space.shape, obs_space.dtype, True, int(act_space.n))
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        low, high = float(act_space.low.min()), float(act_space.high.max())
+        return EnvSpec(obs_space.shape, obs_space.dtype, False, act_space.shape[0], low, high)
+    raise ConfigError(f"action space {act_space} is not supported", key="env.id",
+                      fix="use an env with a Discrete or 1-D Box action space")
+
+
+@register("env", "gym")
+def make_gym_env(
+    id: str,
+    num_envs: int = 1,
+    vectorization: str = "sync",
+    max_episode_steps: int | None = None,
+    rescale_actions: bool = True,
+    clip_actions: bool = True,
+    make_kwargs: dict | None = None,
+) -> GymVecEnv:
+    """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset."""
+    return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
+                     clip_actions, None, make_kwargs)

@@ -1,0 +1,40 @@
+"""User-facing errors: one message that names the config key and the fix."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class RlrunError(Exception):
+    """An error caused by the user's input, reported without a traceback.
+
+    Args:
+        message: What is wrong.
+        key: The config key at fault (dotted path), if there is one.
+        fix: How to fix it, phrased as an instruction.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, key: str | None = None, fix: str | None = None):
+        self.message, self.key, self.fix = message, key, fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        head = f"{self.key}: {self.message}" if self.key else self.message
+        return f"{head}\n  fix: {self.fix}" if self.fix else head
+
+
+class ConfigError(RlrunError):
+    """A config value, key or component name is wrong."""
+
+
+class CheckpointError(RlrunError):
+    """A checkpoint cannot be read or does not match the run."""
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """Returns ' Did you mean X?' for a close match among ``options``, else ''."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,208 @@
+"""Networks: MLP, observation normaliser, actor heads, critics, target copies.
+
+Modules take and return plain tensors: the collector calls the actor once per
+env step, and building a TensorDict there would cost more than the network.
+Losses read tensors out of batch-level TensorDicts and call these modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def mlp(in_dim: int, hidden: list[int], out_dim: int | None, activation: str = "tanh",
+        out_gain: float = 1.0, orthogonal: bool = False) -> nn.Sequential:
+    """A fully connected network; ``out_dim=None`` ends with the last hidden activation."""
+    layers: list[nn.Module] = []
+    dims = [in_dim, *hidden]
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [_init(nn.Linear(a, b), math.sqrt(2), orthogonal), ACTIVATIONS[activation]()]
+    if out_dim is not None:
+        layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain, orthogonal))
+    return nn.Sequential(*layers)
+
+
+def _init(layer: nn.Linear, gain: float, orthogonal: bool) -> nn.Linear:
+    # Orthogonal init is what the PPO/A2C implementations the paper compares to use.
+    if orthogonal:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ObservationNormalizer(nn.Module):
+    """Running mean/std normalisation of observations, saved in the state dict.
+
+    Statistics are updated from whole collected batches (Chan et al. parallel
+    update), not per step, and only between optimisation phases so that the
+    policy that collected a batch and the one that trains on it agree.
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, obs: Tensor) -> None:
+        obs = obs.reshape(-1, *self.mean.shape).to(self.mean.dtype)
+        n = obs.shape[0]
+        b_mean, b_var = obs.mean(0), obs.var(0, unbiased=False)
+        total = self.count + n
+        delta = b_mean - self.mean
+        self.mean += delta * (n / total).to(self.mean.dtype)
+        m2 = self.var * self.count + b_var * n + delta.pow(2) * (self.count * n / total)
+        self.var.copy_((m2 / total).to(self.var.dtype))
+        self.count.copy_(total)
+
+
+class Actor(nn.Module):
+    """A policy: a trunk maps observations to distribution parameters.
+
+    Args:
+        net: Maps (normalised) observations to the head's parameters.
+        head: ``"categorical"``, ``"normal"`` (state-independent log std),
+            ``"tanh_normal"`` or ``"deterministic"`` (tanh-squashed).
+        action_dim: Number of actions or action size.
+        normalizer: Optional observation normaliser applied first.
+    """
+
+    def __init__(self, net: nn.Module, head: str, action_dim: int,
+                 normalizer: ObservationNormalizer | None = None, init_log_std: float = 0.0,
+                 min_log_std: float = -5.0, max_log_std: float = 2.0):
+        super().__init__()
+        self.net, self.head, self.normalizer = net, head, normalizer
+        self.min_log_std, self.max_log_std = min_log_std, max_log_std
+        if head == "normal":
+            self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
+        elif head not in ("categorical", "tanh_normal", "deterministic"):
+            raise ValueError(f"unknown actor head {head!r}")
+
+    def features(self, obs: Tensor) -> Tensor:
+        obs = obs.float()
+        return self.net(self.normalizer(obs) if self.normalizer is not None else obs)
+
+    def dist(self, obs: Tensor) -> Distribution:
+        """The action distribution (pre-squash Normal for tanh_normal)."""
+        out = self.features(obs)
+        if self.head == "categorical":
+            return Categorical(logits=out)
+        if self.head == "normal":
+            return Independent(Normal(out, self.log_std.exp().expand_as(out)), 1)
+        if self.head == "tanh_normal":
+            mu, log_std = out.chunk(2, -1)
+            log_std = log_std.clamp(self.min_log_std, self.max_log_std)
+            return Independent(Normal(mu, log_std.exp()), 1)
+        raise TypeError("a deterministic actor has no distribution")
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Reparameterised action and its log-probability (tanh correction included)."""
+        if self.head != "tanh_normal":
+            d = self.dist(obs)
+            action = d.sample()
+            return action, d.log_prob(action)
+        d = self.dist(obs)
+        u = d.rsample()
+        action = torch.tanh(u)
+        # log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), numerically stable form
+        correction = (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+        return action, d.log_prob(u) - correction
+
+    def explore(self, obs: Tensor) -> dict[str, Tensor]:
+        """Acting for collection: a sampled action (plus its log-prob when on-policy)."""
+        if self.head == "deterministic":
+            return {"action": torch.tanh(self.features(obs))}
+        action, log_prob = self.sample(obs)
+        if self.head == "tanh_normal":  # off-policy: the log-prob is never read back
+            return {"action": action}
+        return {"action": action, "sample_log_prob": log_prob}
+
+    def act(self, obs: Tensor) -> Tensor:
+        """Deterministic action: the mode (argmax, mean, tanh(mean))."""
+        out = self.features(obs)
+        if self.head == "categorical":
+            return out.argmax(-1)
+        if self.head == "normal":
+            return out
+        if self.head == "tanh_normal":
+            return torch.tanh(out.chunk(2, -1)[0])
+        return torch.tanh(out)
+
+
+class ValueCritic(nn.Module):
+    """State value V(s)."""
+
+    def __init__(self, net: nn.Module, normalizer: ObservationNormalizer | None = None):
+        super().__init__()
+        self.net, self.normalizer = net, normalizer
+
+    def forward(self, obs: Tensor) -> Tensor:
+        obs = obs.float()
+        return self.net(self.normalizer(obs) if self.normalizer is not None else obs).squeeze(-1)
+
+
+class TwinQCritic(nn.Module):
+    """Two Q(s, a) networks evaluated together; returns ``[2, *batch]``.
+
+    The two MLPs' weights are stacked so one batched matmul per layer runs both
+    (half the kernel launches of two separate networks).
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int], activation: str = "relu",
+                 normalizer: ObservationNormalizer | None = None, num_q: int = 2):
+        super().__init__()
+        self.normalizer = normalizer
+        dims = [obs_dim + action_dim, *hidden, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers = [nn.Linear(a, b) for _ in range(num_q)]  # PyTorch's default init per net
+            self.weights.append(nn.Parameter(torch.stack([lin.weight.T for lin in layers])))
+            self.biases.append(nn.Parameter(torch.stack([lin.bias[None] for lin in layers])))
+        self.act = ACTIVATIONS[activation]()
+
+    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+        obs = obs.float()
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
+        x = torch.cat([obs, action], -1)
+        batch = x.shape[:-1]
+        x = x.reshape(1, -1, x.shape[-1])
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = torch.baddbmm(b, x.expand(w.shape[0], -1, -1) if i == 0 else x, w)
+            if i < len(self.weights) - 1:
+                x = self.act(x)
+        return x.squeeze(-1).reshape(-1, *batch)
+
+
+def target_copy(module: nn.Module) -> nn.Module:
+    """A frozen deep copy for target networks (updated by polyak averaging).
+
+    Observation normalisers are shared, not copied: their statistics are not
+    parameters, so polyak averaging would never refresh a copy.
+    """
+    memo = {id(m): m for m in module.modules() if isinstance(m, ObservationNormalizer)}
+    target = copy.deepcopy(module, memo)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return target
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """``target <- (1 - tau) * target + tau * source`` in one fused foreach call."""
+    t_params = list(target.parameters())
+    s_params = list(source.parameters())
+    torch._foreach_lerp_(t_params, s_params, tau)

@@ -1,0 +1,85 @@
+"""Deterministic evaluation on a separate vector env."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlrun.envs.gym import GymVecEnv
+from rlrun.trainer.hooks import Hook
+
+
+class Evaluator:
+    """Runs ``episodes`` episodes with a deterministic policy, spread over sub-envs.
+
+    Each sub-env plays its share of the episodes; extra episodes a sub-env
+    starts after finishing its share are ignored, so the result does not depend
+    on which env finishes first. Every evaluation resets with the same seed.
+
+    Args:
+        env: The evaluation env (not the training one).
+        episodes: Episodes per evaluation.
+        seed: Reset seed of every evaluation.
+    """
+
+    def __init__(self, env: GymVecEnv, episodes: int, seed: int, device: str = "cpu"):
+        self.env, self.episodes, self.seed, self.device = env, episodes, seed, device
+        n = env.num_envs
+        self.quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
+
+    def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000) -> np.ndarray:
+        """Returns the episode returns (raw env rewards)."""
+        n = self.env.num_envs
+        obs = self.env.reset(seed=self.seed)
+        running = np.zeros(n)
+        counts = np.zeros(n, dtype=np.int64)
+        returns: list[float] = []
+        for _ in range(max_steps):
+            with torch.inference_mode():
+                action = act(torch.from_numpy(obs).to(self.device)).cpu().numpy()
+            _, reward, terminated, truncated, obs = self.env.step(action)
+            active = counts < self.quota
+            running += reward * active
+            ended = (terminated | truncated) & active
+            if ended.any():
+                returns.extend(running[ended].tolist())
+                running[ended] = 0.0
+                counts += ended
+                if (counts >= self.quota).all():
+                    break
+        return np.asarray(returns)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class Evaluation(Hook):
+    """Evaluates every ``interval_frames`` frames and logs ``eval/episode_return``."""
+
+    def __init__(self, evaluator: Evaluator, interval_frames: int):
+        self.evaluator, self.interval = evaluator, interval_frames
+        self.next_at = interval_frames
+        self.last: dict[str, float] = {}
+
+    def run(self, trainer) -> dict[str, float]:
+        returns = self.evaluator.evaluate(trainer.loss.models.actor.act)
+        self.last = {"eval/episode_return": float(returns.mean()),
+                     "eval/episode_return_std": float(returns.std()),
+                     "eval/episodes": float(len(returns))}
+        trainer.log(self.last)
+        return self.last
+
+    def post_steps_log(self, trainer, batch) -> None:
+        if self.interval > 0 and trainer.frames >= self.next_at:
+            self.run(trainer)
+            while self.next_at <= trainer.frames:
+                self.next_at += self.interval
+
+    def state_dict(self) -> dict:
+        return {"next_at": self.next_at, "last": dict(self.last)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_at, self.last = int(state["next_at"]), dict(state["last"])

@@ -1,0 +1,114 @@
+"""The one generic collect/optimize loop (seed 000's trainer, made generic).
+
+Algorithms differ only by the components and hooks a config selects. Hook
+points, in order::
+
+    for batch in collector:
+        batch = process_batch(batch)            # extend buffer, reward transforms
+        pre_steps_log(batch)                    # train returns, fps
+        for epoch in range(epochs_per_batch):
+            pre_epoch(batch)                    # GAE, refill minibatch sampler
+            for step in range(optim_steps_per_epoch):
+                sub = process_optim_batch(batch)    # sample buffer / minibatch
+                losses = loss(sub)
+                post_loss(sub, losses)          # priorities, loss stats
+                optimizer.step(losses)
+                post_optim()                    # target nets
+        post_steps()                            # normaliser stats, schedules
+        post_steps_log(batch)                   # eval, checkpoint, metrics
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tensordict import TensorDict
+
+from rlrun.trainer.hooks import HOOK_POINTS, Hook
+
+
+class Trainer:
+    """Drives the loop and dispatches hooks.
+
+    Hooks reach the other components through the trainer: ``collector``,
+    ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
+
+    Args:
+        collector: Iterable of batches with ``frames`` and ``total_frames``.
+        loss: Module mapping a TensorDict to a dict of losses and diagnostics.
+        optimizer: An ``OptimizerStep``.
+        hooks: Named hooks, called in this order at each point.
+        epochs_per_batch: Passes over each batch.
+        optim_steps_per_epoch: Optimiser steps per pass.
+        learning_starts: No optimisation before this many frames.
+        buffer: The replay buffer, if any.
+        logger: Receives merged metrics once per batch.
+    """
+
+    def __init__(self, collector: Any, loss: Any, optimizer: Any, hooks: dict[str, Hook],
+                 epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
+                 learning_starts: int = 0, buffer: Any = None, logger: Any = None):
+        self.collector, self.loss, self.optimizer = collector, loss, optimizer
+        self.buffer, self.logger, self.hooks = buffer, logger, hooks
+        self.epochs_per_batch, self.optim_steps_per_epoch = epochs_per_batch, optim_steps_per_epoch
+        self.learning_starts = learning_starts
+        self.optim_steps = 0
+        self.batches = 0
+        self.elapsed_before = 0.0  # wall time of earlier sessions of a resumed run
+        self.stop_reason: str | None = None
+        self._metrics: dict[str, float] = {}
+        self._start = time.perf_counter()
+        self._points = {p: [getattr(h, p) for h in hooks.values()
+                            if getattr(type(h), p) is not getattr(Hook, p)] for p in HOOK_POINTS}
+
+    @property
+    def frames(self) -> int:
+        return self.collector.frames
+
+    @property
+    def wall_time(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self._start
+
+    def train(self) -> None:
+        for batch in self.collector:
+            self.batches += 1
+            batch = self._chain("process_batch", batch)
+            self._call("pre_steps_log", batch)
+            if self.frames >= self.learning_starts:
+                for _ in range(self.epochs_per_batch):
+                    self._call("pre_epoch", batch)
+                    for _ in range(self.optim_steps_per_epoch):
+                        sub = self._chain("process_optim_batch", batch)
+                        losses = self.loss(sub)
+                        self._call("post_loss", sub, losses)
+                        self.optimizer.step(losses)
+                        self._call("post_optim")
+                        self.optim_steps += 1
+            self._call("post_steps")
+            self._call("post_steps_log", batch)
+            self.flush_metrics()
+            if self.stop_reason:
+                break
+
+    def log(self, metrics: dict[str, float]) -> None:
+        """Queues metrics; they reach the logger once per batch, stamped with ``frames``."""
+        self._metrics.update(metrics)
+
+    def flush_metrics(self) -> None:
+        if self._metrics and self.logger is not None:
+            self.logger.log_metrics({**self._metrics, "frames": self.frames}, step=self.frames)
+        self._metrics = {}
+
+    def request_stop(self, reason: str) -> None:
+        """Ends the loop after the current batch (hooks still run, so a checkpoint is written)."""
+        self.stop_reason = self.stop_reason or reason
+
+    def _call(self, point: str, *args: Any) -> None:
+        for fn in self._points[point]:
+            fn(self, *args)
+
+    def _chain(self, point: str, batch: TensorDict) -> TensorDict:
+        for fn in self._points[point]:
+            batch = fn(self, batch)
+        return batch

@@ -1,0 +1,103 @@
+"""The optimisation step: one optimiser per parameter group of the loss.
+
+Every ``loss_*`` entry of the loss dict is summed and back-propagated once;
+each group's optimiser then steps if its parameters received gradients. A loss
+that omits a term on some steps (TD3's delayed actor) thus leaves that group's
+optimiser untouched, with no special case here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlrun.errors import ConfigError, did_you_mean
+from rlrun.registry import register
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
+              "sgd": torch.optim.SGD}
+
+
+class OptimizerStep:
+    """Steps one optimiser per parameter group.
+
+    Args:
+        param_groups: ``{group: parameters}`` from the loss.
+        optimizer: ``adam``, ``adamw``, ``rmsprop`` or ``sgd``.
+        lr: Learning rate of every group unless overridden in ``groups``.
+        max_grad_norm: Clip each group's gradient norm (None: no clipping).
+        groups: Per-group overrides, e.g. ``{"critic": {"lr": 1e-3}}``.
+        lr_schedule: ``constant`` or ``linear`` (to 0 at the end of training).
+        kwargs: Passed to the optimiser (``eps``, ``weight_decay``, ``alpha``, ...).
+    """
+
+    def __init__(self, param_groups: dict[str, list[nn.Parameter]], optimizer: str = "adam",
+                 lr: float = 3e-4, max_grad_norm: float | None = None,
+                 groups: dict[str, dict] | None = None, lr_schedule: str = "constant",
+                 **kwargs: Any):
+        if optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {optimizer!r}.{did_you_mean(optimizer, OPTIMIZERS)}",
+                              key="optim.optimizer", fix=f"use one of {', '.join(OPTIMIZERS)}")
+        if lr_schedule not in ("constant", "linear"):
+            raise ConfigError(f"unknown lr_schedule {lr_schedule!r}", key="optim.lr_schedule",
+                              fix="use constant or linear")
+        groups = dict(groups or {})
+        for name in groups:
+            if name not in param_groups:
+                raise ConfigError(f"the loss has no parameter group {name!r}",
+                                  key=f"optim.groups.{name}",
+                                  fix=f"groups are: {', '.join(param_groups)}")
+        self.max_grad_norm, self.lr_schedule = max_grad_norm, lr_schedule
+        self.params = {g: [p for p in ps if p.requires_grad] for g, ps in param_groups.items()}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        for g, ps in self.params.items():
+            opts = {"lr": lr, **kwargs, **groups.get(g, {})}
+            gclip = opts.pop("max_grad_norm", max_grad_norm)
+            self.optimizers[g] = OPTIMIZERS[optimizer](ps, **opts)
+            self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
+        self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
+        self.last_grad_norms: dict[str, Tensor] = {}
+
+    def step(self, losses: dict[str, Tensor]) -> None:
+        total = sum(v for k, v in losses.items() if k.startswith("loss_"))
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        total.backward()
+        for g, opt in self.optimizers.items():
+            params = self.params[g]
+            if all(p.grad is None for p in params):
+                continue
+            if opt.max_grad_norm is not None:
+                # returns a tensor: logged later without a host sync here
+                self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
+            opt.step()
+
+    def anneal(self, progress: float) -> None:
+        """Sets learning rates for training progress in [0, 1] (linear schedule only)."""
+        if self.lr_schedule == "linear":
+            for g, opt in self.optimizers.items():
+                for pg, base in zip(opt.param_groups, self.base_lrs[g]):
+                    pg["lr"] = base * max(1.0 - progress, 0.0)
+
+    def state_dict(self) -> dict:
+        return {g: o.state_dict() for g, o in self.optimizers.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for g, o in self.optimizers.items():
+            o.load_state_dict(state[g])
+
+
+@register("optim", "default")
+def make_optimizer(param_groups: dict, optimizer: str = "adam", lr: float = 3e-4,
+                   max_grad_norm: float | None = None, groups: dict | None = None,
+                   lr_schedule: str = "constant", eps: float = 1e-8, weight_decay: float = 0.0,
+                   alpha: float | None = None) -> OptimizerStep:
+    """One optimiser (adam, adamw, rmsprop, sgd) per loss parameter group, with grad clipping."""
+    kwargs: dict[str, Any] = {"weight_decay": weight_decay}
+    if optimizer != "sgd":
+        kwargs["eps"] = eps
+    if alpha is not None:
+        kwargs["alpha"] = alpha
+    return OptimizerStep(param_groups, optimizer, lr, max_grad_norm, groups, lr_schedule, **kwargs)
