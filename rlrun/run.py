@@ -39,6 +39,13 @@ def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> int:
 
 def validate(cfg: DictConfig) -> None:
     """Checks the budgets and their consistency before anything is built."""
+    seed = cfg.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"must be an integer >= 0, got {seed!r}", key="seed", fix="e.g. seed=0")
+    threads = cfg.get("threads")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"must be null or an integer >= 1, got {threads!r}", key="threads",
+                          fix="e.g. threads=1")
     _positive(cfg, "total_frames")
     fpb = _positive(cfg, "collector.frames_per_batch")
     for key in ("trainer.epochs_per_batch", "eval.episodes"):
@@ -54,6 +61,11 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"the buffer ({capacity}) cannot hold one batch of {fpb} frames",
                               key="buffer.capacity",
                               fix=f"set buffer.capacity >= {fpb} or lower collector.frames_per_batch")
+        batch = _positive(cfg, "buffer.batch_size")
+        if cfg.buffer.get("sampler") == "without_replacement" and batch > capacity:
+            raise ConfigError(f"minibatches of {batch} do not fit in the {capacity} frames of a batch",
+                              key="buffer.batch_size",
+                              fix=f"set buffer.batch_size <= {capacity} or raise collector.frames_per_batch")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -210,8 +222,6 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
         if trainer.stop_reason:
             status = "KILLED"
         else:
-            evaluation.run(trainer)  # final evaluation, logged at the final frame count
-            trainer.flush_metrics()
             save()
             status = "FINISHED"
     finally:

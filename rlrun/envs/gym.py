@@ -70,7 +70,9 @@ def _to_float32(env: gym.Env) -> gym.Env:
 
 def _rescale(env: gym.Env) -> gym.Env:
     if isinstance(env.action_space, gym.spaces.Box):
-        return gym.wrappers.RescaleAction(env, -1.0, 1.0)
+        space = env.action_space
+        return gym.wrappers.RescaleAction(env, np.full(space.shape, -1.0, space.dtype),
+                                          np.full(space.shape, 1.0, space.dtype))
     return env
 
 

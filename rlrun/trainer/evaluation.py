@@ -57,7 +57,11 @@ class Evaluator:
 
 
 class Evaluation(Hook):
-    """Evaluates every ``interval_frames`` frames and logs ``eval/episode_return``."""
+    """Evaluates every ``interval_frames`` frames and after the last batch.
+
+    Logs ``eval/episode_return`` (mean), ``eval/episode_return_std`` and
+    ``eval/episodes`` with the batch's other metrics.
+    """
 
     def __init__(self, evaluator: Evaluator, interval_frames: int):
         self.evaluator, self.interval = evaluator, interval_frames
@@ -73,9 +77,10 @@ class Evaluation(Hook):
         return self.last
 
     def post_steps_log(self, trainer, batch) -> None:
-        if self.interval > 0 and trainer.frames >= self.next_at:
+        final = trainer.frames >= trainer.collector.total_frames
+        if final or (self.interval > 0 and trainer.frames >= self.next_at):
             self.run(trainer)
-            while self.next_at <= trainer.frames:
+            while self.interval > 0 and self.next_at <= trainer.frames:
                 self.next_at += self.interval
 
     def state_dict(self) -> dict:
