@@ -171,11 +171,15 @@ def _np_dtype(t: Tensor) -> np.dtype:
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, policy: Policy, frames_per_batch: int,
+def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: int,
                         total_frames: int, init_random_frames: int = 0,
                         reward_scale: float = 1.0, reward_clip: str | None = None,
-                        seed: int = 0, device: str = "cpu") -> SyncCollector:
-    """Single-process collector stepping a (sync or async) vector env."""
+                        explore: bool = True, seed: int = 0, device: str = "cpu") -> SyncCollector:
+    """Single-process collector stepping a (sync or async) vector env.
+
+    ``explore: false`` collects with the deterministic policy (``actor.act``).
+    """
+    policy = actor.explore if explore else (lambda obs: {"action": actor.act(obs)})
     if reward_clip not in (None, "sign"):
         raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="collector.reward_clip",
                           fix="use null or sign")

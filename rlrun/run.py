@@ -156,7 +156,7 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
     models = build("model", cfg.model, spec=env.spec).to(device)
     loss = build("loss", cfg.loss, models=models, spec=env.spec).to(device)
     optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
-    collector = build("collector", cfg.collector, env=env, policy=models.actor.explore,
+    collector = build("collector", cfg.collector, env=env, actor=models.actor,
                       total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
     buffer = build("buffer", cfg.buffer, seed=cfg.seed, device=str(device), run_dir=run_dir
                    ) if cfg.get("buffer") else None
@@ -169,7 +169,7 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
                              "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}, key="env")
     evaluation = hooks["evaluation"] = Evaluation(
         Evaluator(eval_env, cfg.eval.episodes, seed=cfg.seed + 1_000_003, device=str(device)),
-        cfg.eval.interval_frames)
+        cfg.eval.interval_frames, cfg.eval.get("target_return"))
     hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.interval_frames)
     if state is not None:
         _restore(state, loss, optimizer, collector, buffer, hooks, ckpt_path)
@@ -219,7 +219,7 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
     previous = _install_stop_handlers(trainer)
     try:
         trainer.train()
-        if trainer.stop_reason:
+        if trainer.interrupted:
             status = "KILLED"
         else:
             save()
@@ -230,6 +230,7 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
         summary = {
             "status": {"KILLED": "interrupted"}.get(status, status.lower()),
             "frames": trainer.frames, "total_frames": collector.total_frames,
+            "stop_reason": trainer.stop_reason,
             "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
             **evaluation.last,
             "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)

@@ -63,8 +63,9 @@ class Evaluation(Hook):
     ``eval/episodes`` with the batch's other metrics.
     """
 
-    def __init__(self, evaluator: Evaluator, interval_frames: int):
-        self.evaluator, self.interval = evaluator, interval_frames
+    def __init__(self, evaluator: Evaluator, interval_frames: int,
+                 target_return: float | None = None):
+        self.evaluator, self.interval, self.target = evaluator, interval_frames, target_return
         self.next_at = interval_frames
         self.last: dict[str, float] = {}
 
@@ -79,7 +80,9 @@ class Evaluation(Hook):
     def post_steps_log(self, trainer, batch) -> None:
         final = trainer.frames >= trainer.collector.total_frames
         if final or (self.interval > 0 and trainer.frames >= self.next_at):
-            self.run(trainer)
+            result = self.run(trainer)
+            if self.target is not None and result["eval/episode_return"] >= self.target:
+                trainer.request_stop(f"eval return reached {self.target}", interrupted=False)
             while self.interval > 0 and self.next_at <= trainer.frames:
                 self.next_at += self.interval
 

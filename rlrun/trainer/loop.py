@@ -57,6 +57,7 @@ class Trainer:
         self.batches = 0
         self.elapsed_before = 0.0  # wall time of earlier sessions of a resumed run
         self.stop_reason: str | None = None
+        self.interrupted = False  # stopped from outside (signal), as opposed to a goal reached
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
         self._points = {p: [getattr(h, p) for h in hooks.values()
@@ -100,9 +101,13 @@ class Trainer:
             self.logger.log_metrics({**self._metrics, "frames": self.frames}, step=self.frames)
         self._metrics = {}
 
-    def request_stop(self, reason: str) -> None:
-        """Ends the loop after the current batch (hooks still run, so a checkpoint is written)."""
-        self.stop_reason = self.stop_reason or reason
+    def request_stop(self, reason: str, interrupted: bool = True) -> None:
+        """Ends the loop after the current batch (hooks still run, so a checkpoint is written).
+
+        ``interrupted=False`` marks a normal end (e.g. target return reached).
+        """
+        if self.stop_reason is None:
+            self.stop_reason, self.interrupted = reason, interrupted
 
     def _call(self, point: str, *args: Any) -> None:
         for fn in self._points[point]:

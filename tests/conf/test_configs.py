@@ -41,7 +41,7 @@ def test_every_algo_env_pair_composes_and_builds(algo, env):
         models = build("model", cfg.model, spec=spec_env.spec)
         loss = build("loss", cfg.loss, models=models, spec=spec_env.spec)
         build("optim", cfg.optim, param_groups=loss.param_groups())
-        build("collector", cfg.collector, env=spec_env, policy=models.actor.explore,
+        build("collector", cfg.collector, env=spec_env, actor=models.actor,
               total_frames=cfg.total_frames)
         if cfg.get("buffer"):
             build("buffer", {**cfg.buffer, "capacity": 1000}, key="buffer")

@@ -1,0 +1,35 @@
+"""Learning tests: the shipped presets learn on small envs with fixed seeds.
+
+Each runs the exact preset (``rlrun algo=X env=Y seed=0``) and stops early once
+a deterministic evaluation over 10 episodes reaches the threshold; evaluation
+does not touch the training RNG, so the run is the preset's own. A broken loss
+stays far below these thresholds (random policies score ~22 on CartPole and
+~-1200 on Pendulum).
+"""
+
+from __future__ import annotations
+
+import pytest
+from cli_utils import only_run_dir, run_cli, summary_of
+
+pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]
+
+
+def learn(tmp_path, capsys, algo: str, env: str, target: float, interval: int) -> dict:
+    code, _, err = run_cli([f"algo={algo}", f"env={env}", "seed=0", "logger=none",
+                            f"eval.target_return={target}", f"eval.interval_frames={interval}"],
+                           tmp_path, capsys)
+    assert code == 0, err
+    return summary_of(only_run_dir(tmp_path))
+
+
+def test_ppo_cartpole_reaches_475_within_100k_frames(tmp_path, capsys):
+    s = learn(tmp_path, capsys, "ppo", "cartpole", 475, 10_000)
+    assert s["eval/episode_return"] >= 475, s
+    assert s["frames"] <= 100_000 and s["eval/episodes"] == 10
+
+
+def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, capsys):
+    s = learn(tmp_path, capsys, "sac", "pendulum", -200, 2_000)
+    assert s["eval/episode_return"] >= -200, s
+    assert s["frames"] <= 20_000 and s["eval/episodes"] == 10
