@@ -2,6 +2,7 @@
 
     rlrun [overrides]            train (Hydra: -m for multirun, --cfg job, --help)
     rlrun list [kind]            registered components and config presets
+    rlrun report ...             tables and learning curves from finished runs
 
 Config mistakes are caught before Hydra composes (unknown preset, misspelt
 key) or while building (wrong type, bad value) and reported as one message
@@ -142,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
+    if argv[:1] == ["report"]:
+        from rlrun.report.cli import main as report_main
+
+        return report_main(argv[1:])
     register_resolvers()
     info_only = any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c",
                           "--shell-completion", "-sc") or a.startswith("--cfg") for a in argv)
