@@ -13,12 +13,14 @@ full traceback instead.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from importlib.resources import files
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
 
 CONF_DIR = Path(str(files("rlrun.conf")))
@@ -118,6 +120,33 @@ def precheck(args: list[str]) -> None:
                 f"+{o.key_or_group}=...")
 
 
+def run_tags(hc) -> dict[str, str]:
+    """Tags identifying a run: presets, sweep and job number, code version, SLURM job."""
+    from hydra.types import RunMode
+
+    choices = hc.runtime.choices
+    tags = {"algo": str(choices.get("algo", "")), "env": str(choices.get("env", "")),
+            "rlrun_version": __version__}
+    if hc.mode == RunMode.MULTIRUN:
+        tags["sweep"] = Path(hc.sweep.dir).name
+        tags["job_num"] = str(hc.job.num)
+        tags["overrides"] = hc.job.override_dirname
+    for where in (Path(__file__).parent, hc.runtime.cwd):  # rlrun's checkout, else the project's
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    timeout=5, cwd=where)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if commit.returncode == 0:
+            tags["git_commit"] = commit.stdout.strip()
+            break
+    for var, tag in (("SLURM_JOB_ID", "slurm_job_id"), ("SLURM_ARRAY_JOB_ID", "slurm_array_job_id"),
+                     ("SLURM_ARRAY_TASK_ID", "slurm_array_task_id")):
+        if var in os.environ:
+            tags[tag] = os.environ[var]
+    return tags
+
+
 def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -125,7 +154,7 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), dict(hc.runtime.choices))
+        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc))
     except RlrunError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -141,8 +141,14 @@ def _find_checkpoint(resume: Any, run_dir: Path) -> Path | None:
     return path
 
 
-def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None) -> dict[str, Any]:
-    """Trains the configured run in ``run_dir`` and returns its summary."""
+def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """Trains the configured run in ``run_dir`` and returns its summary.
+
+    Args:
+        cfg: The resolved run config.
+        run_dir: Where checkpoints, config and summary go.
+        tags: Set on a new tracking run (algo, env, sweep, job number, commit, ...).
+    """
     validate(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
@@ -184,9 +190,8 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
     run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name,
                    run_id=state.get("mlflow_run_id") if state else None,
-                   tags={"algo": (choices or {}).get("algo", ""),
-                         "env": (choices or {}).get("env", ""),
-                         "seed": str(cfg.seed), "run_dir": str(run_dir.resolve())})
+                   tags={**(tags or {}), "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
+                         **_paper_tags(cfg)})
     config_file = run_dir / "config.yaml"
     config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if state is None:
@@ -243,7 +248,14 @@ def train(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None)
         logger.finish(status)
         env.close()
         eval_env.close()
+    if trainer.interrupted:
+        chain_signal_handler(previous, trainer.stop_signal)
     return summary
+
+
+def _paper_tags(cfg: DictConfig) -> dict[str, str]:
+    paper = cfg.get("paper")
+    return {f"paper.{k}": str(v) for k, v in paper.items()} if paper else {}
 
 
 def _restore(state, loss, optimizer, collector, buffer, hooks, path) -> None:
@@ -271,20 +283,29 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _install_stop_handlers(trainer: Trainer) -> dict:
-    """SIGTERM/SIGINT end the loop after the current batch, with a checkpoint.
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+                     if hasattr(signal, n))
 
-    A second signal restores the default behaviour (a second Ctrl-C kills).
+
+def _install_stop_handlers(trainer: Trainer) -> dict:
+    """SIGTERM, SIGINT, SIGUSR1/2 end the loop after the current batch, with a checkpoint.
+
+    A second signal restores the previous handler (a second Ctrl-C kills).
+    The previous handlers are kept so that, once the checkpoint is written, a
+    launcher's own handler (submitit requeues on USR2/SIGTERM) can still run:
+    see ``chain_signal_handler``.
     """
     previous = {}
 
     def handler(signum, frame):
-        trainer.request_stop(f"signal {signal.Signals(signum).name}")
-        print(f"\n[rlrun] {signal.Signals(signum).name}: stopping after this batch "
-              "and writing a checkpoint", file=sys.stderr, flush=True)
+        name = signal.Signals(signum).name
+        trainer.request_stop(f"signal {name}")
+        trainer.stop_signal = signum
+        print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint",
+              file=sys.stderr, flush=True)
         signal.signal(signum, previous.get(signum, signal.SIG_DFL))
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not in the main thread (e.g. some launchers)
@@ -295,3 +316,14 @@ def _install_stop_handlers(trainer: Trainer) -> dict:
 def _restore_handlers(previous: dict) -> None:
     for sig, h in previous.items():
         signal.signal(sig, h)
+
+
+def chain_signal_handler(previous: dict, signum: int | None) -> None:
+    """After a checkpoint, hands a stop signal to the handler that was installed before rlrun's.
+
+    submitit's handler requeues the job (and exits); with no Python handler
+    there is nothing to do and the caller exits with 128 + signum.
+    """
+    handler = previous.get(signum) if signum is not None else None
+    if callable(handler):
+        handler(signum, None)

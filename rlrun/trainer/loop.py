@@ -58,6 +58,7 @@ class Trainer:
         self.elapsed_before = 0.0  # wall time of earlier sessions of a resumed run
         self.stop_reason: str | None = None
         self.interrupted = False  # stopped from outside (signal), as opposed to a goal reached
+        self.stop_signal: int | None = None
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
         self._points = {p: [getattr(h, p) for h in hooks.values()
