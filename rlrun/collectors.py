@@ -67,6 +67,7 @@ class SyncCollector:
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self._gen = torch.Generator().manual_seed(seed)
+        self.on_episode_end: Callable[[np.ndarray], None] | None = None  # e.g. resets OU noise
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
@@ -101,13 +102,14 @@ class SyncCollector:
             else:
                 with torch.inference_mode():
                     out = self.policy(torch.from_numpy(obs).to(self.device, non_blocking=True))
-            if not outs:
-                outs = {k: np.empty((n, steps, *v.shape[1:]), _np_dtype(v)) for k, v in out.items()}
             for k, v in out.items():
+                if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
+                    outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
                 outs[k][:, t] = v.cpu().numpy()
             next_obs, reward, terminated, truncated, obs = env.step(outs["action"][:, t])
             obs_buf[:, t], next_buf[:, t] = self._obs, next_obs
-            rew_buf[:, t], term_buf[:, t], trunc_buf[:, t] = reward, terminated, truncated
+            rew_buf[:, t], trunc_buf[:, t] = reward, truncated
+            term_buf[:, t] = terminated | env.life_lost if env.life_loss_terminal else terminated
             traj_buf[:, t] = self._traj
             self._track_episodes(reward, terminated | truncated)
             self._obs = obs
@@ -125,6 +127,8 @@ class SyncCollector:
             self._ep_length[idx] = 0
             self._traj[idx] = self._next_traj + np.arange(len(idx))
             self._next_traj += len(idx)
+            if self.on_episode_end is not None:
+                self.on_episode_end(idx)
 
     def _to_tensordict(self, obs, next_obs, reward, terminated, truncated, traj, outs) -> TensorDict:
         n, steps = reward.shape
@@ -174,14 +178,24 @@ def _np_dtype(t: Tensor) -> np.dtype:
 def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: int,
                         total_frames: int, init_random_frames: int = 0,
                         reward_scale: float = 1.0, reward_clip: str | None = None,
-                        explore: bool = True, seed: int = 0, device: str = "cpu") -> SyncCollector:
+                        explore: bool = True, exploration=None, seed: int = 0,
+                        device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.
 
-    ``explore: false`` collects with the deterministic policy (``actor.act``).
+    Acts with the exploration component if there is one, else with the
+    actor's own sampling; ``explore: false`` uses the deterministic policy.
     """
-    policy = actor.explore if explore else (lambda obs: {"action": actor.act(obs)})
+    if explore and exploration is not None:
+        policy = exploration
+    elif explore and actor.explore is not None:
+        policy = actor.explore
+    else:
+        policy = lambda obs: {"action": actor.act(obs)}  # noqa: E731
     if reward_clip not in (None, "sign"):
         raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="collector.reward_clip",
                           fix="use null or sign")
-    return SyncCollector(env, policy, frames_per_batch, total_frames, init_random_frames,
-                         reward_scale, reward_clip, seed, device)
+    collector = SyncCollector(env, policy, frames_per_batch, total_frames, init_random_frames,
+                              reward_scale, reward_clip, seed, device)
+    if explore and exploration is not None:
+        collector.on_episode_end = exploration.on_episode_end
+    return collector

@@ -162,12 +162,16 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     models = build("model", cfg.model, spec=env.spec).to(device)
     loss = build("loss", cfg.loss, models=models, spec=env.spec).to(device)
     optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
-    collector = build("collector", cfg.collector, env=env, actor=models.actor,
+    exploration = build("exploration", cfg.exploration, actor=models.actor, spec=env.spec,
+                        num_envs=env.num_envs) if cfg.get("exploration") else None
+    collector = build("collector", cfg.collector, env=env, actor=models.actor, exploration=exploration,
                       total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
     buffer = build("buffer", cfg.buffer, seed=cfg.seed, device=str(device), run_dir=run_dir
                    ) if cfg.get("buffer") else None
     hooks: dict[str, Hook] = {name: build("hook", node, key=f"hooks.{name}")
                               for name, node in (cfg.get("hooks") or {}).items() if node}
+    if exploration is not None:
+        hooks["exploration"] = exploration  # saved and restored with the other hooks
     if optimizer.lr_schedule == "linear":
         hooks["linear_lr"] = LinearLR()
     stats = hooks["train_stats"] = TrainStats()

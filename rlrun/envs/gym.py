@@ -94,6 +94,8 @@ class GymVecEnv:
         clip_actions: Box actions are clipped to the bounds (Normal policies).
         extra_wrappers: More per-sub-env wrappers, applied after the above.
         make_kwargs: Extra keyword arguments for ``gymnasium.make``.
+        life_loss_terminal: Read ``info["lives"]`` and expose ``life_lost`` after
+            each step, for the collector to mark learning-only terminals.
 
     Examples:
         >>> env = GymVecEnv("Pendulum-v1", num_envs=2)
@@ -111,6 +113,7 @@ class GymVecEnv:
         clip_actions: bool = True,
         extra_wrappers: list[Callable] | None = None,
         make_kwargs: dict[str, Any] | None = None,
+        life_loss_terminal: bool = False,
     ):
         if vectorization not in ("sync", "async"):
             raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
@@ -118,6 +121,9 @@ class GymVecEnv:
         _check_id(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
         self.id, self.num_envs = id, num_envs
+        self.life_loss_terminal = life_loss_terminal
+        self.life_lost = np.zeros(num_envs, dtype=bool)
+        self._lives: np.ndarray | None = None
         try:
             self.env = gym.make_vec(
                 id, num_envs=num_envs, vectorization_mode=vectorization,
@@ -150,12 +156,21 @@ class GymVecEnv:
             observation where an episode ended, else ``next_obs`` itself).
         """
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.life_loss_terminal:
+            self._note_life_loss(info, terminated | truncated)
         next_obs = obs
         if "_final_obs" in info:  # only on steps where some episode ended
             mask = info["_final_obs"]
             next_obs = obs.copy()
             next_obs[mask] = np.stack(info["final_obs"][mask])
         return next_obs, reward, terminated, truncated, obs
+
+    def _note_life_loss(self, info: dict, done: np.ndarray) -> None:
+        # Learning treats a lost life as terminal (DeepMind's Atari set-up) while
+        # the game, its episode return and the env itself go on.
+        lives = np.asarray(info["lives"])
+        self.life_lost = (lives < self._lives) & ~done if self._lives is not None else lives < 0
+        self._lives = lives
 
     def close(self) -> None:
         self.env.close()

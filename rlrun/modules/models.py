@@ -56,8 +56,8 @@ def actor_critic(spec: EnvSpec, hidden: list[int] = (64, 64), critic_hidden: lis
 @register("model", "actor_twin_q")
 def actor_twin_q(spec: EnvSpec, hidden: list[int] = (256, 256), critic_hidden: list[int] | None = None,
                  activation: str = "relu", head: str = "tanh_normal",
-                 normalize_observations: bool = False) -> Models:
-    """MLP actor (TanhNormal or deterministic) and twin Q critic, for SAC/TD3/DDPG."""
+                 normalize_observations: bool = False, num_q: int = 2) -> Models:
+    """MLP actor (TanhNormal or deterministic) and twin Q critic, for SAC/TD3/DDPG (num_q=1)."""
     if spec.discrete:
         raise ConfigError("actor_twin_q needs a continuous action space", key="model.name",
                           fix="use a discrete-action algorithm (ppo, dqn) for this env")
@@ -68,5 +68,45 @@ def actor_twin_q(spec: EnvSpec, hidden: list[int] = (256, 256), critic_hidden: l
     norm = ObservationNormalizer(spec.observation_shape) if normalize_observations else None
     out = 2 * spec.action_dim if head == "tanh_normal" else spec.action_dim
     actor = Actor(mlp(obs_dim, list(hidden), out, activation), head, spec.action_dim, norm)
-    critic = TwinQCritic(obs_dim, spec.action_dim, list(critic_hidden or hidden), activation, norm)
+    critic = TwinQCritic(obs_dim, spec.action_dim, list(critic_hidden or hidden), activation, norm,
+                         num_q)
     return Models(actor, critic, norm)
+
+
+class GreedyPolicy(nn.Module):
+    """Acts greedily on a Q-network: ``act(obs) = argmax_a Q(obs, a)``."""
+
+    head = "greedy"
+
+    def __init__(self, qnet: nn.Module):
+        super().__init__()
+        self.qnet = [qnet]  # a list, so the Q-network's parameters are registered once (as critic)
+
+    def act(self, obs):
+        return self.qnet[0](obs).argmax(-1)
+
+    explore = None  # exploration comes from an exploration component (epsilon-greedy)
+
+
+class QNetwork(nn.Module):
+    """``Q(s, .)`` for discrete actions: an MLP from observations to one value per action."""
+
+    def __init__(self, net: nn.Module, normalizer: ObservationNormalizer | None = None):
+        super().__init__()
+        self.net, self.normalizer = net, normalizer
+
+    def forward(self, obs):
+        obs = obs.float()
+        return self.net(self.normalizer(obs) if self.normalizer is not None else obs)
+
+
+@register("model", "qnet")
+def qnet(spec: EnvSpec, hidden: list[int] = (120, 84), activation: str = "relu",
+         normalize_observations: bool = False) -> Models:
+    """MLP Q-network over discrete actions with a greedy policy, for DQN."""
+    if not spec.discrete:
+        raise ConfigError("qnet needs a discrete action space", key="model.name",
+                          fix="use a continuous-action algorithm (sac, td3, ddpg) for this env")
+    norm = ObservationNormalizer(spec.observation_shape) if normalize_observations else None
+    q = QNetwork(mlp(_obs_dim(spec), list(hidden), spec.action_dim, activation), norm)
+    return Models(GreedyPolicy(q), q, norm)

@@ -15,8 +15,9 @@ from rlrun.run import validate
 
 GROUPS = config_groups()
 ALGOS, ENVS = GROUPS["algo"], GROUPS["env"]
-CONTINUOUS_ONLY = {"sac"}
-DISCRETE_ENVS = {"cartpole"}
+CONTINUOUS_ONLY = {"sac", "td3", "ddpg"}
+DISCRETE_ONLY = {"dqn"}
+DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 
 
 def composed(*overrides: str):
@@ -32,8 +33,8 @@ def composed(*overrides: str):
 
 @pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
 def test_every_algo_env_pair_composes_and_builds(algo, env):
-    if algo in CONTINUOUS_ONLY and env in DISCRETE_ENVS:
-        pytest.skip(f"{algo} needs continuous actions")
+    if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
+        pytest.skip(f"{algo} does not fit {env}'s action space")
     cfg = composed(f"algo={algo}", f"env={env}")
     validate(cfg)
     spec_env = build("env", cfg.env)
@@ -41,7 +42,9 @@ def test_every_algo_env_pair_composes_and_builds(algo, env):
         models = build("model", cfg.model, spec=spec_env.spec)
         loss = build("loss", cfg.loss, models=models, spec=spec_env.spec)
         build("optim", cfg.optim, param_groups=loss.param_groups())
-        build("collector", cfg.collector, env=spec_env, actor=models.actor,
+        exploration = build("exploration", cfg.exploration, actor=models.actor, spec=spec_env.spec,
+                            num_envs=spec_env.num_envs) if cfg.get("exploration") else None
+        build("collector", cfg.collector, env=spec_env, actor=models.actor, exploration=exploration,
               total_frames=cfg.total_frames)
         if cfg.get("buffer"):
             build("buffer", {**cfg.buffer, "capacity": 1000}, key="buffer")

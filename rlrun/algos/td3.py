@@ -1,0 +1,109 @@
+"""TD3 (Fujimoto et al. 2018) and DDPG (Lillicrap et al. 2016).
+
+TD3: twin Q with the minimum in the target, target policy smoothing with
+clipped Gaussian noise, and an actor (and target) update every
+``policy_delay`` critic updates. DDPG is the single-critic, undelayed,
+unsmoothed special case. Exploration noise is a separate component
+(``exploration=gaussian`` for TD3, ``ornstein_uhlenbeck`` for DDPG).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from rlrun.algos.sac import frozen
+from rlrun.errors import ConfigError
+from rlrun.modules.models import Models
+from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.registry import register
+
+
+class TD3Loss(nn.Module):
+    """Deterministic actor-critic losses (TD3; DDPG with ``policy_delay=1, target_noise=0``).
+
+    The actor loss is returned only on every ``policy_delay``-th call; the
+    optimiser then leaves the actor untouched on the other steps.
+
+    Args:
+        models: Deterministic ``actor`` and a ``TwinQCritic`` (one or two Q nets).
+        gamma: Discount.
+        tau: Polyak rate of the target actor and critic.
+        policy_delay: Critic updates per actor update.
+        target_noise: Std of the target policy smoothing noise (0: none).
+        noise_clip: Clip of that noise.
+    """
+
+    def __init__(self, models: Models, gamma: float = 0.99, tau: float = 0.005,
+                 policy_delay: int = 2, target_noise: float = 0.2, noise_clip: float = 0.5):
+        super().__init__()
+        self.models, self.gamma, self.tau = models, gamma, tau
+        self.policy_delay, self.target_noise, self.noise_clip = policy_delay, target_noise, noise_clip
+        self.target_actor = target_copy(models.actor)
+        self.target_critic = target_copy(models.critic)
+        self.calls = 0
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {"actor": list(self.models.actor.parameters()),
+                "critic": list(self.models.critic.parameters())}
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        actor, critic = self.models.actor, self.models.critic
+        obs = td["observation"]
+        with torch.no_grad():
+            next_obs = td["next", "observation"]
+            next_action = self.target_actor.act(next_obs)
+            if self.target_noise > 0:
+                noise = (torch.randn_like(next_action) * self.target_noise).clamp(
+                    -self.noise_clip, self.noise_clip)
+                next_action = (next_action + noise).clamp(-1.0, 1.0)
+            next_q = self.target_critic(next_obs, next_action).min(0).values
+            not_terminal = (~td["next", "terminated"]).squeeze(-1).float()
+            target = td["next", "reward"].squeeze(-1) + self.gamma * not_terminal * next_q
+        q = critic(obs, td["action"])
+        td_error = q - target
+        weight = td.get("priority_weight", None)
+        sq = td_error.pow(2) if weight is None else td_error.pow(2) * weight
+        out = {"loss_critic": sq.mean(-1).sum(), "q_value": q.detach().mean(),
+               "td_error": td_error.detach().abs().max(0).values}
+        self.calls += 1
+        if self.calls % self.policy_delay == 0:
+            with frozen(critic):
+                out["loss_actor"] = -critic(obs, actor.act(obs))[0].mean()
+        return out
+
+    def update_targets(self) -> None:
+        polyak_update(self.target_actor, self.models.actor, self.tau)
+        polyak_update(self.target_critic, self.models.critic, self.tau)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"calls": self.calls}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.calls = int(state["calls"])
+
+
+def _check(models: Models, name: str) -> None:
+    if models.actor.head != "deterministic":
+        raise ConfigError(f"{name} needs a deterministic actor", key="model.head",
+                          fix="set model.head=deterministic")
+
+
+@register("loss", "td3")
+def make_td3_loss(models: Models, gamma: float = 0.99, tau: float = 0.005, policy_delay: int = 2,
+                  target_noise: float = 0.2, noise_clip: float = 0.5) -> TD3Loss:
+    """TD3: clipped double-Q, target policy smoothing, delayed actor updates."""
+    _check(models, "td3")
+    return TD3Loss(models, gamma, tau, policy_delay, target_noise, noise_clip)
+
+
+@register("loss", "ddpg")
+def make_ddpg_loss(models: Models, gamma: float = 0.99, tau: float = 0.005) -> TD3Loss:
+    """DDPG: deterministic policy gradient through one Q network, polyak targets."""
+    _check(models, "ddpg")
+    if len(models.critic.weights[0]) != 1:
+        raise ConfigError("DDPG uses one Q network", key="model.num_q", fix="set model.num_q=1")
+    return TD3Loss(models, gamma, tau, policy_delay=1, target_noise=0.0)
