@@ -65,6 +65,7 @@ def rng_state() -> dict[str, Any]:
         "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
                   "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
         "python": list(random.getstate()[1]) + [random.getstate()[0]],
+        "python_gauss": random.getstate()[2],
     }
 
 
@@ -74,4 +75,4 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"],
                          n["has_gauss"], n["cached"]))
     py = state["python"]
-    random.setstate((py[-1], tuple(py[:-1]), None))
+    random.setstate((py[-1], tuple(py[:-1]), state.get("python_gauss")))

@@ -147,7 +147,7 @@ def check_kwargs(factory: Callable, node: dict, key: str) -> dict:
                     fix=f"valid options are: {', '.join(p for p in params if p != 'self')}",
                 )
     try:
-        hints = typing.get_type_hints(factory)
+        hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory)
     except Exception:  # unresolvable annotations: skip type checks rather than fail
         hints = {}
     for name, value in node.items():

@@ -1,0 +1,155 @@
+"""Checkpoints: atomic writes, weights-only loading, clear errors, RNG state round trips."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlrun import checkpoint
+from rlrun.checkpoint import FORMAT_VERSION, load, rng_state, save, set_rng_state
+from rlrun.errors import CheckpointError
+
+
+def test_save_then_load_round_trips_tensors_and_containers(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save({"weights": {"w": torch.arange(3.0)}, "frames": 7, "names": ["a", "b"]}, path)
+    state = load(path)
+    assert state["format_version"] == FORMAT_VERSION
+    assert torch.equal(state["weights"]["w"], torch.arange(3.0))
+    assert state["frames"] == 7 and state["names"] == ["a", "b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_failed_save_leaves_previous_checkpoint_intact_and_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save({"frames": 1, "w": torch.ones(1000)}, path)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def crashing_save(obj, f, *args, **kwargs):
+        f.write(b"partial checkpoint bytes")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", crashing_save)
+    with pytest.raises(RuntimeError, match="disk full"):
+        save({"frames": 2, "w": torch.zeros(1000)}, path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert path.read_bytes() == before
+    assert load(path)["frames"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_successful_save_replaces_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save({"frames": 1}, path)
+    save({"frames": 2}, str(path))
+    assert load(str(path))["frames"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+class _Touch:
+    """Unpickling this object creates a file: code execution a weights-only load must refuse."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.touch, (self.target,))
+
+
+def test_pickled_code_is_refused_with_checkpoint_error(tmp_path):
+    path, sentinel = tmp_path / "evil.pt", tmp_path / "pwned"
+    torch.save({"format_version": FORMAT_VERSION, "payload": _Touch(sentinel)}, path)
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    assert info.value.key == "resume"
+    assert not sentinel.exists()
+    # the same file does run code when loaded with full unpickling: the check above is meaningful
+    torch.load(path, weights_only=False)
+    assert sentinel.exists()
+
+
+def test_garbage_bytes_raise_checkpoint_error_with_a_fix(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"\x00\x01 not a torch file \xff" * 10)
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    err = info.value
+    assert err.key == "resume"
+    assert str(path) in err.message
+    assert err.fix and "delete" in err.fix and str(path) in err.fix
+    assert "Traceback" not in err.render()
+
+
+def test_missing_file_raises_checkpoint_error(tmp_path):
+    with pytest.raises(CheckpointError) as info:
+        load(tmp_path / "nope.pt")
+    assert info.value.key == "resume" and info.value.fix
+
+
+@pytest.mark.parametrize("content", [{"frames": 3}, {"format_version": 999}, [1, 2, 3]])
+def test_torch_files_that_are_not_rlrun_checkpoints_are_refused(tmp_path, content):
+    path = tmp_path / "other.pt"
+    torch.save(content, path)
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    assert info.value.key == "resume" and "format" in info.value.message
+
+
+def draws():
+    return (torch.rand(4), np.random.rand(4), [random.random() for _ in range(4)], np.random.randn(3))
+
+
+def assert_same_draws(a, b):
+    assert torch.equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[2] == b[2]
+    np.testing.assert_array_equal(a[3], b[3])
+
+
+def test_rng_state_round_trip_reproduces_torch_numpy_python_draws():
+    np.random.randn()  # leaves a cached gaussian in numpy's state
+    state = rng_state()
+    first = draws()
+    set_rng_state(state)
+    assert_same_draws(draws(), first)
+
+
+def test_rng_state_survives_a_weights_only_checkpoint(tmp_path):
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    np.random.randn()
+    path = tmp_path / "checkpoint.pt"
+    save({"rng": rng_state()}, path)
+    first = draws()
+    draws()  # move every generator on
+    set_rng_state(load(path)["rng"])
+    assert_same_draws(draws(), first)
+
+
+def test_rng_state_round_trip_reproduces_python_gauss_draws():
+    random.seed(0)
+    random.gauss(0.0, 1.0)  # caches the second value of the Box-Muller pair
+    state = rng_state()
+    first = [random.gauss(0.0, 1.0) for _ in range(3)]
+    set_rng_state(state)
+    assert [random.gauss(0.0, 1.0) for _ in range(3)] == first
+
+
+def test_checkpoint_module_uses_weights_only_loading(monkeypatch, tmp_path):
+    seen = {}
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "load", spy)
+    save({"x": 1}, tmp_path / "c.pt")
+    load(tmp_path / "c.pt")
+    assert seen.get("weights_only") is True
