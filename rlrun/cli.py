@@ -42,7 +42,7 @@ def register_resolvers() -> None:
 
 def config_groups() -> dict[str, list[str]]:
     """Config groups of the shipped tree and their options."""
-    return {d.name: sorted(p.stem for p in d.glob("*.yaml"))
+    return {d.name: sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
             for d in sorted(CONF_DIR.iterdir()) if d.is_dir() and not d.name.startswith("_")}
 
 
@@ -94,6 +94,8 @@ def precheck(args: list[str]) -> None:
         if key.startswith("hydra") or o.package:
             continue
         if key in groups:
+            if o.is_sweep_override() and o.is_glob():
+                continue  # Hydra expands and checks globs itself
             values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
                       else [str(o.value())])
             for v in values:

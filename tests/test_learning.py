@@ -33,3 +33,22 @@ def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, capsys):
     s = learn(tmp_path, capsys, "sac", "pendulum", -200, 2_000)
     assert s["eval/episode_return"] >= -200, s
     assert s["frames"] <= 20_000 and s["eval/episodes"] == 10
+
+
+def test_a2c_cartpole_reaches_400_within_200k_frames(tmp_path, capsys):
+    s = learn(tmp_path, capsys, "a2c", "cartpole", 400, 10_000)
+    assert s["eval/episode_return"] >= 400, s
+    assert s["frames"] <= 200_000
+
+
+def test_dqn_cartpole_reaches_400_within_100k_frames(tmp_path, capsys):
+    s = learn(tmp_path, capsys, "dqn", "cartpole", 400, 5_000)
+    assert s["eval/episode_return"] >= 400, s
+    assert s["frames"] <= 100_000
+
+
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_deterministic_actor_critics_reach_minus_250_on_pendulum_within_20k_frames(algo, tmp_path, capsys):
+    s = learn(tmp_path, capsys, algo, "pendulum", -250, 2_000)
+    assert s["eval/episode_return"] >= -250, s
+    assert s["frames"] <= 20_000

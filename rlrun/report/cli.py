@@ -1,0 +1,137 @@
+"""``rlrun report``: the paper's tables or ad-hoc groups of runs, beside the paper's numbers.
+
+    rlrun report                          # runs of ./mlflow.db grouped by algo,env
+    rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
+    rlrun report table1 --format markdown # report/table.md + PNGs
+    rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
+    rlrun report --tracking-uri sqlite:///path/mlflow.db --experiment rlrun --format csv --out out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlrun.report.runs import ReportError, load_runs, normalize_uri
+from rlrun.report.table import TABLES, Report, build_grouped, build_table
+
+FORMATS = ("terminal", "markdown", "csv")
+DEFAULT_OUT = Path("report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rlrun report``."""
+    p = argparse.ArgumentParser(
+        prog="rlrun report", description="Tables and learning curves from the runs of an MLflow store.")
+    p.add_argument("table", nargs="?", choices=TABLES,
+                   help="a paper table: cells (paper.algo, paper.env) of runs whose paper.table param "
+                   "is this; without it, all runs grouped by --group-by")
+    p.add_argument("--tracking-uri", metavar="URI",
+                   help="MLflow tracking URI or path to mlflow.db (default: sqlite:///<cwd>/mlflow.db)")
+    p.add_argument("--experiment", metavar="NAME", nargs="+", action="extend",
+                   help="experiment name(s) (default: every experiment in the store)")
+    p.add_argument("--filter", metavar="STR",
+                   help="MLflow search filter, e.g. \"tags.algo = 'sac' and params.seed != '3'\"")
+    p.add_argument("--group-by", metavar="KEYS",
+                   help="comma-separated tag or param names (default: algo,env); "
+                   "tags.X/params.X choose between a tag and a param")
+    p.add_argument("--format", default="terminal", metavar="FMT",
+                   help="terminal, markdown or csv; comma-separated for several (default: terminal)")
+    p.add_argument("--out", metavar="DIR", type=Path,
+                   help="write the table(s) and PNGs here (default: report/ for markdown or csv)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNGs")
+    return p
+
+
+def combine_filters(table: str | None, user_filter: str | None) -> str | None:
+    """The MLflow filter for a table's runs, and-ed with the user's filter."""
+    parts = ([f"params.`paper.table` = '{table}'"] if table else []) + ([user_filter] if user_filter else [])
+    return " and ".join(parts) or None
+
+
+def make_report(args: argparse.Namespace) -> Report:
+    """Loads the runs that ``args`` select and builds the report; raises ReportError."""
+    uri = normalize_uri(args.tracking_uri)
+    runs = load_runs(uri, args.experiment, combine_filters(args.table, args.filter))
+    if runs.empty:
+        where = f"{uri}" + (f", experiment(s) {', '.join(args.experiment)}" if args.experiment else "")
+        if args.table:
+            raise ReportError(f"no runs with param paper.table={args.table} in {where}",
+                              fix=f"launch them (rlrun -m +paper={args.table}), or point --tracking-uri "
+                              "/ --experiment / --filter at them")
+        raise ReportError(f"no runs in {where}" + (f" matching --filter {args.filter!r}" if args.filter
+                                                   else ""),
+                          fix="point --tracking-uri at the store the runs were logged to, "
+                          "or loosen --experiment / --filter")
+    if args.table:
+        return build_table(runs, args.table)
+    keys = [k.strip() for k in (args.group_by or "algo,env").split(",") if k.strip()]
+    return build_grouped(runs, keys)
+
+
+def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool) -> list[Path]:
+    """Prints/writes the formats; writes PNGs too when there is an output folder."""
+    from rlrun.report import render
+
+    written: list[Path] = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    names, overview = {}, None
+    if out is not None and plots:
+        from rlrun.report.plots import write_plots
+
+        names, overview = write_plots(report, out)
+        written += [out / n for n in names.values()] + ([out / overview] if overview else [])
+    if "terminal" in formats:
+        text = render.terminal(report)
+        sys.stdout.write(text)
+        if out is not None:
+            (out / "table.txt").write_text(text)
+            written.append(out / "table.txt")
+    if "markdown" in formats:
+        (out / "table.md").write_text(render.markdown(report, names, overview))
+        written.append(out / "table.md")
+    if "csv" in formats:
+        render.write_csv(report, out / "table.csv")
+        written.append(out / "table.csv")
+    return written
+
+
+def main(argv: list[str]) -> int:
+    """Runs ``rlrun report``; returns the exit code (2 for bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error argparse already printed
+        return int(exit_.code or 0)
+    if args.table is None and args.experiment and args.experiment[-1] in TABLES:
+        args.table = args.experiment.pop()  # `--experiment NAME table1`: nargs="+" took the table
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        print(f"rlrun: error: unknown --format {','.join(bad) or args.format!r}; "
+              f"fix: use {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    if args.table and args.group_by:
+        print(f"rlrun: error: --group-by does not apply to {args.table} (its cells are paper.algo, "
+              "paper.env); fix: drop --group-by, or drop the table name", file=sys.stderr)
+        return 2
+    out = args.out
+    if out is None and any(f != "terminal" for f in formats):
+        out = DEFAULT_OUT
+    try:
+        report = make_report(args)
+    except ReportError as err:
+        print(f"rlrun: error: {err.render()}", file=sys.stderr)
+        return 2
+    written = write_outputs(report, formats, out, plots=not args.no_plots)
+    if written:
+        pngs = sum(p.suffix == ".png" for p in written)
+        names = [p.name for p in written if p.suffix != ".png"] + ([f"{pngs} PNG(s)"] if pngs else [])
+        print(f"[rlrun] wrote {', '.join(names)} to {out}/", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""Learning-curve PNGs: one per cell and one overview grid per report (Agg backend).
+
+A cell's plot shows each seed's eval curve (thin), their mean on a common frame grid
+(seeds are linearly interpolated onto it, and only count within the frames they ran)
+with a shaded min-max band over the seeds, and the paper's final value as a dashed
+horizontal line when known.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from rlrun.report.render import frames
+from rlrun.report.table import Cell, Report
+
+GRID_POINTS = 200
+
+
+def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], points: int = GRID_POINTS
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, min and max over seeds on a common frame grid.
+
+    Args:
+        curves: ``(steps, values)`` per seed, steps increasing.
+        points: Grid size between the first and the last step of any seed (each
+            seed's own steps are added to the grid).
+
+    Returns:
+        ``(grid, mean, low, high, count)``: count is the number of seeds that ran that
+        far; the statistics are NaN where it is 0.
+    """
+    curves = [(s, v) for s, v in curves if len(s)]
+    if not curves:
+        empty = np.array([])
+        return empty, empty, empty, empty, empty
+    start = min(float(s[0]) for s, _ in curves)
+    stop = max(float(s[-1]) for s, _ in curves)
+    grid = np.unique(np.concatenate([np.linspace(start, stop, points), *(s for s, _ in curves)]))
+    stack = np.stack([np.interp(grid, s, v, left=np.nan, right=np.nan) for s, v in curves])
+    count = np.isfinite(stack).sum(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # grid points no seed reached
+        return (grid, np.nanmean(stack, axis=0), np.nanmin(stack, axis=0), np.nanmax(stack, axis=0),
+                count)
+
+
+def _draw(ax, cell: Cell, small: bool = False) -> None:
+    curves = [(r["curve_steps"], r["curve_values"]) for _, r in cell.runs.iterrows()]
+    for steps, values in curves:
+        ax.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=0.7,
+                marker="o" if len(steps) == 1 else None, markersize=3)
+    grid, mean, low, high, count = aggregate(curves)
+    if len(grid):
+        ax.fill_between(grid, low, high, color="tab:blue", alpha=0.2, linewidth=0,
+                        label="min-max over seeds")
+        everyone = count == count.max()
+        ax.plot(grid, np.where(everyone, mean, np.nan), color="tab:blue", linewidth=1.8,
+                label="mean over seeds")
+        if not everyone.all():  # past the end of a partial seed: the mean of those still running
+            later = np.where(everyone, np.nan, mean)
+            edge = np.append(everyone[:-1] & ~everyone[1:], False)  # join the two lines
+            later[edge] = mean[edge]
+            ax.plot(grid, later, color="tab:blue", linewidth=1.2, linestyle=":",
+                    label="mean of seeds still running")
+    if math.isfinite(cell.paper_mean):
+        ax.axhline(cell.paper_mean, color="tab:red", linestyle="--", linewidth=1.2,
+                   label=f"paper {cell.paper_mean:g}")
+    if cell.missing:
+        ax.text(0.5, 0.3, "missing (no runs)", transform=ax.transAxes, ha="center", va="center",
+                color="gray", fontsize=8 if small else 11)
+        ax.set_xticks([])
+    partial = f", {cell.partial} partial" if cell.partial else ""
+    seeds = f"{cell.seeds} seed{'s' if cell.seeds != 1 else ''}"
+    ax.set_title(f"{cell.label} ({seeds}{partial})", fontsize=8 if small else 11)
+    ax.tick_params(labelsize=6 if small else 9)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: frames(x)))
+    if not small:
+        ax.set_xlabel("frames")
+        ax.set_ylabel("eval/episode_return")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best")
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, format="png")
+
+
+def plot_cell(cell: Cell, path: Path) -> Path:
+    """Writes the learning curves of one cell to ``path`` (PNG)."""
+    fig = Figure(figsize=(6.4, 4.2), dpi=100, layout="constrained")
+    _draw(fig.add_subplot(), cell)
+    _save(fig, path)
+    return path
+
+
+def _layout(report: Report) -> list[list[Cell | None]]:
+    """Cells on a grid: the paper's rows/cols that have runs, else a near-square grid."""
+    if report.rows is not None and report.cols is not None:
+        ran = [c for c in report.cells if not c.missing]
+        rows = [r for r in report.rows if any(c.key[0] == r for c in ran)]
+        cols = [e for e in report.cols if any(c.key[1] == e for c in ran)]
+        return [[report.cell(r, e) for e in cols] for r in rows]
+    cells = [c for c in report.cells if not c.missing]
+    ncols = max(1, math.ceil(math.sqrt(len(cells))))
+    return [cells[i:i + ncols] + [None] * (ncols - len(cells[i:i + ncols]))
+            for i in range(0, len(cells), ncols)]
+
+
+def plot_overview(report: Report, path: Path) -> Path | None:
+    """Writes a grid of all cells with runs to ``path``; None when no cell has runs."""
+    grid = _layout(report)
+    if not grid or not grid[0]:
+        return None
+    nrows, ncols = len(grid), len(grid[0])
+    fig = Figure(figsize=(3.0 * ncols, 2.3 * nrows + 0.5), dpi=80, layout="constrained")
+    fig.suptitle(f"{report.name}: {report.caption}", fontsize=10)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for i, line in enumerate(grid):
+        for j, cell in enumerate(line):
+            if cell is None:
+                axes[i][j].set_axis_off()
+            else:
+                _draw(axes[i][j], cell, small=True)
+    _save(fig, path)
+    return path
+
+
+def file_name(report: Report, key: tuple[str, ...]) -> str:
+    """``<report>_<key values>.png`` with unsafe characters replaced."""
+    stem = "_".join([report.name, *key])
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "-", stem) + ".png"
+
+
+def write_plots(report: Report, out_dir: Path) -> tuple[dict[tuple[str, ...], str], str | None]:
+    """Writes one PNG per cell with runs and the overview grid into ``out_dir``.
+
+    Returns:
+        The file name per cell key, and the overview's file name (None if not written).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for cell in report.cells:
+        if not cell.missing:
+            names[cell.key] = plot_cell(cell, out_dir / file_name(report, cell.key)).name
+    overview = plot_overview(report, out_dir / f"{report.name}_overview.png")
+    return names, overview.name if overview else None
