@@ -18,6 +18,8 @@ ALGOS, ENVS = GROUPS["algo"], GROUPS["env"]
 CONTINUOUS_ONLY = {"sac", "td3", "ddpg"}
 DISCRETE_ONLY = {"dqn"}
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
+ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
+CNN_MODELS = {"ppo": "actor_critic_cnn", "a2c": "actor_critic_cnn", "dqn": "qnet_cnn"}
 
 
 def composed(*overrides: str):
@@ -35,7 +37,12 @@ def composed(*overrides: str):
 def test_every_algo_env_pair_composes_and_builds(algo, env):
     if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
         pytest.skip(f"{algo} does not fit {env}'s action space")
-    cfg = composed(f"algo={algo}", f"env={env}")
+    overrides = [f"algo={algo}", f"env={env}"]
+    if env in ATARI_ENVS:  # pixel observations: the CNN variant of the algo's model
+        pytest.importorskip("ale_py")
+        pytest.importorskip("cv2")
+        overrides.append(f"model={CNN_MODELS[algo]}")
+    cfg = composed(*overrides)
     validate(cfg)
     spec_env = build("env", cfg.env)
     try:
@@ -55,7 +62,8 @@ def test_every_algo_env_pair_composes_and_builds(algo, env):
 
 
 @pytest.mark.parametrize(("group", "option"),
-                         [(g, o) for g, opts in GROUPS.items() for o in opts if g not in ("algo", "env")])
+                         [(g, o) for g, opts in GROUPS.items() for o in opts
+                          if g not in ("algo", "env", "paper", "hydra")])
 def test_every_group_option_names_a_registered_component(group, option):
     if group == "tuned":
         algo, env = option.split("_", 1)

@@ -1,0 +1,159 @@
+"""Atari 2600 games (ALE) with DeepMind's preprocessing, as a ``GymVecEnv``.
+
+Each sub-env is ``gymnasium.make(id, frameskip=1, ...)`` wrapped in gymnasium's
+own ``AtariPreprocessing`` (1 to 30 random no-op frames at reset, action repeat
+4 with a max over the last two frames against sprite flicker, 84x84 grayscale)
+and ``FrameStackObservation(4)``: observations are uint8 ``[4, 84, 84]``. They
+stay uint8 through the env, the collector and the buffers (4x less memory than
+float32); the CNN models convert and scale them on the device.
+
+A lost life is a terminal for learning only (``terminal_on_life_loss``): the
+env reports ``info["lives"]``, ``GymVecEnv`` turns a drop into ``life_lost``
+and the collector marks that step terminated in the batch, while the game,
+its episode return and the sub-env itself go on to game over (which is why
+``AtariPreprocessing`` runs with its own ``terminal_on_life_loss=False``).
+Rewards stay raw here; configs clip them with ``collector.reward_clip=sign``,
+so that logged and evaluated returns are game scores.
+
+Budgets: rlrun counts one frame per step of one sub-env, i.e. per AGENT step.
+With frame skip 4 one agent step is 4 emulator frames, so the paper's
+"40M frames (10M steps)" for A2C/PPO is ``total_frames=10_000_000`` here.
+
+Examples:
+    >>> env = make_atari_env("ALE/Breakout-v5", num_envs=2)  # doctest: +SKIP
+    >>> env.reset(seed=0).shape, env.spec.action_dim  # doctest: +SKIP
+    ((2, 4, 84, 84), 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rlrun.envs.gym import GymVecEnv
+from rlrun.errors import ConfigError
+from rlrun.registry import register
+
+FIRE = 1  # ALE's action index of FIRE in every minimal action set that has it
+
+# ale-py ships the ROMs; gymnasium's AtariPreprocessing resizes frames with OpenCV.
+_MISSING_FIX = "pip install 'gymnasium[atari]' ale-py opencv-python-headless"
+
+
+class FireOnLifeStart(gym.Wrapper):
+    """Presses FIRE after reset and after every lost life.
+
+    Games such as Breakout wait for FIRE to serve the ball, at the start and
+    again after each lost life. A policy that has not yet learned this in the
+    serve state stalls until the 108k-frame cap: a deterministic (argmax)
+    evaluation can then burn 27000 steps per episode and score 0. This is
+    baselines' ``FireResetEnv`` (gymnasium has no equivalent); since rlrun does
+    not reset on a lost life, FIRE is also pressed right after one, as
+    baselines' ``EpisodicLifeEnv`` + ``FireResetEnv`` pair effectively does. The
+    extra step's reward is added to the step that lost the life.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        if len(meanings) < 3 or meanings[FIRE] != "FIRE":
+            raise ConfigError(f"{env.spec.id if env.spec else env} has no FIRE action to serve with",
+                              key="env.fire_reset", fix="set env.fire_reset=false for this game")
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        if terminated or truncated:  # never seen in practice; start over without pressing FIRE
+            obs, info = self.env.reset(**kwargs)
+        self._lives = info["lives"]
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info["lives"] < self._lives and not (terminated or truncated):
+            obs, fire_reward, terminated, truncated, info = self.env.step(FIRE)
+            reward += fire_reward
+        self._lives = info["lives"]
+        return obs, reward, terminated, truncated, info
+
+
+def atari_wrappers(noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
+                   grayscale: bool = True, frame_stack: int = 4,
+                   fire_reset: bool = False) -> list[Callable[[gym.Env], gym.Env]]:
+    """The per-sub-env wrappers, innermost first (see ``make_atari_env`` for the arguments)."""
+
+    def preprocess(env: gym.Env) -> gym.Env:
+        # Life loss stays off here: rlrun marks it for learning without ending the episode.
+        return gym.wrappers.AtariPreprocessing(
+            env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
+            terminal_on_life_loss=False, grayscale_obs=grayscale, scale_obs=False)
+
+    wrappers: list[Callable[[gym.Env], gym.Env]] = [preprocess]
+    if fire_reset:  # inside the stack: FIRE's frame is the one stacked, not the life-loss one
+        wrappers.append(FireOnLifeStart)
+    wrappers.append(lambda env: gym.wrappers.FrameStackObservation(env, frame_stack))
+    return wrappers
+
+
+@register("env", "atari")
+def make_atari_env(
+    id: str,
+    num_envs: int = 1,
+    vectorization: str = "sync",
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int = 84,
+    grayscale: bool = True,
+    frame_stack: int = 4,
+    terminal_on_life_loss: bool = True,
+    max_episode_steps: int = 108_000,
+    repeat_action_probability: float = 0.0,
+    full_action_space: bool = False,
+    fire_reset: bool = False,
+) -> GymVecEnv:
+    """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.
+
+    Args:
+        id: An ALE id, e.g. ``"ALE/Breakout-v5"`` (made with ``frameskip=1``:
+            ``AtariPreprocessing`` does the skipping and the max-pooling).
+        num_envs: Number of sub-envs.
+        vectorization: ``"sync"`` or ``"async"`` (one process per sub-env).
+        noop_max: 1 to this many random no-op emulator frames at reset (0: none).
+        frame_skip: Emulator frames per agent step (the action is repeated).
+        screen_size: Observations are ``screen_size`` x ``screen_size``.
+        grayscale: Grayscale frames (else RGB, ``[stack, H, W, 3]``).
+        frame_stack: Last frames stacked into one observation.
+        terminal_on_life_loss: Expose lost lives as learning-only terminals.
+        max_episode_steps: Episode cap in EMULATOR frames (ALE's
+            ``max_num_frames_per_episode``; 0: none). 108000 frames = 27000
+            agent steps = 30 minutes of play, the usual evaluation cap.
+        repeat_action_probability: Sticky actions. 0.0 (default) is the setting
+            of DeepMind's papers and of the ``NoFrameskip-v4`` envs that the
+            A2C/PPO/IMPALA results the paper reproduces were obtained with;
+            0.25 is the v5 default (Machado et al. 2018), which makes games
+            stochastic and scores lower, so results would not be comparable.
+        full_action_space: All 18 actions instead of the game's minimal set.
+        fire_reset: Press FIRE after reset and each lost life (see
+            ``FireOnLifeStart``); for games that wait for it, e.g. Breakout.
+    """
+    try:
+        import ale_py
+        import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
+    except ImportError as err:
+        raise ConfigError(f"Atari envs need a package that is not installed ({err})", key="env.id",
+                          fix=_MISSING_FIX) from None
+    gym.register_envs(ale_py)  # importing ale_py registers the ALE/* ids; this keeps the import used
+    if frame_skip < 1 or frame_stack < 1:
+        raise ConfigError(f"frame_skip={frame_skip} and frame_stack={frame_stack} must be >= 1",
+                          key="env.frame_skip" if frame_skip < 1 else "env.frame_stack",
+                          fix="use positive values (DeepMind's set-up: 4 and 4)")
+    make_kwargs = {"frameskip": 1, "repeat_action_probability": repeat_action_probability,
+                   "full_action_space": full_action_space,
+                   "max_num_frames_per_episode": max_episode_steps}
+    wrappers = atari_wrappers(noop_max, frame_skip, screen_size, grayscale, frame_stack, fire_reset)
+    return GymVecEnv(id, num_envs, vectorization, max_episode_steps=None, rescale_actions=False,
+                     clip_actions=False, extra_wrappers=wrappers, make_kwargs=make_kwargs,
+                     life_loss_terminal=terminal_on_life_loss)
