@@ -12,6 +12,7 @@ full traceback instead.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -27,7 +28,11 @@ CONF_DIR = Path(str(files("rlrun.conf")))
 
 
 def _run_name(override_dirname: str) -> str:
-    return override_dirname.replace("/", "_") or "default"
+    """Directory name for a run's overrides; long ones are cut and keep a hash (names <= 255 bytes)."""
+    name = override_dirname.replace("/", "_") or "default"
+    if len(name) > 160:
+        name = f"{name[:140]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+    return name
 
 
 def _ceil_div(a: int, b: int) -> int:

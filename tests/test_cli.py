@@ -95,3 +95,12 @@ def test_cfg_job_prints_resolved_config(tmp_path, capsys):
     code, out, _ = run_cli(["algo=sac", "env=pendulum", "--cfg", "job"], tmp_path, capsys)
     assert code == 0
     assert "total_frames: 20000" in out and "name: sac" in out
+
+
+def test_long_override_lists_get_a_short_stable_run_directory():
+    from rlrun.cli import _run_name
+
+    long = ",".join(f"key{i}.option={i}" for i in range(40))
+    name = _run_name(long)
+    assert len(name) <= 160 and name == _run_name(long) and name != _run_name(long + "x")
+    assert _run_name("") == "default" and _run_name("a=1,b=x/y") == "a=1,b=x_y"
