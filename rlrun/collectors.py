@@ -96,25 +96,32 @@ class SyncCollector:
         traj_buf = np.empty((n, steps), np.int64)
         outs: dict[str, np.ndarray] = {}
         obs = self._obs
-        for t in range(steps):
-            if self.frames + t * n < self.init_random_frames:
-                out = self._random_action()
-            else:
-                with torch.inference_mode():
-                    out = self.policy(torch.from_numpy(obs).to(self.device, non_blocking=True))
-            for k, v in out.items():
-                if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
-                    outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
-                outs[k][:, t] = v.cpu().numpy()
-            next_obs, reward, terminated, truncated, obs = env.step(outs["action"][:, t])
-            obs_buf[:, t], next_buf[:, t] = self._obs, next_obs
-            rew_buf[:, t], trunc_buf[:, t] = reward, truncated
-            term_buf[:, t] = terminated | env.life_lost if env.life_loss_terminal else terminated
-            traj_buf[:, t] = self._traj
-            self._track_episodes(reward, terminated | truncated)
-            self._obs = obs
+        on_cpu = self.device.type == "cpu"
+        with torch.inference_mode():  # entered once per batch: it is not free per step
+            for t in range(steps):
+                if self.frames + t * n < self.init_random_frames:
+                    out = self._random_action()
+                else:
+                    obs_t = torch.from_numpy(obs)
+                    out = self.policy(obs_t if on_cpu else obs_t.to(self.device, non_blocking=True))
+                for k, v in out.items():
+                    if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
+                        outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
+                    outs[k][:, t] = v.numpy() if on_cpu else v.cpu().numpy()
+                self._obs = obs = self._env_step(t, outs, obs_buf, next_buf, rew_buf, term_buf,
+                                                 trunc_buf, traj_buf)
         self.frames += steps * n
         return self._to_tensordict(obs_buf, next_buf, rew_buf, term_buf, trunc_buf, traj_buf, outs)
+
+    def _env_step(self, t, outs, obs_buf, next_buf, rew_buf, term_buf, trunc_buf, traj_buf):
+        env = self.env
+        next_obs, reward, terminated, truncated, obs = env.step(outs["action"][:, t])
+        obs_buf[:, t], next_buf[:, t] = self._obs, next_obs
+        rew_buf[:, t], trunc_buf[:, t] = reward, truncated
+        term_buf[:, t] = terminated | env.life_lost if env.life_loss_terminal else terminated
+        traj_buf[:, t] = self._traj
+        self._track_episodes(reward, terminated | truncated)
+        return obs
 
     def _track_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
         self._ep_return += reward

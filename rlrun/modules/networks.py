@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
@@ -96,15 +97,17 @@ class Actor(nn.Module):
 
     def dist(self, obs: Tensor) -> Distribution:
         """The action distribution (pre-squash Normal for tanh_normal)."""
+        # validate_args=False: argument checks cost more than the small networks themselves
         out = self.features(obs)
         if self.head == "categorical":
-            return Categorical(logits=out)
+            return Categorical(logits=out, validate_args=False)
         if self.head == "normal":
-            return Independent(Normal(out, self.log_std.exp().expand_as(out)), 1)
+            return Independent(Normal(out, self.log_std.exp().expand_as(out), validate_args=False), 1,
+                               validate_args=False)
         if self.head == "tanh_normal":
             mu, log_std = out.chunk(2, -1)
             log_std = log_std.clamp(self.min_log_std, self.max_log_std)
-            return Independent(Normal(mu, log_std.exp()), 1)
+            return Independent(Normal(mu, log_std.exp(), validate_args=False), 1, validate_args=False)
         raise TypeError("a deterministic actor has no distribution")
 
     def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
@@ -124,6 +127,13 @@ class Actor(nn.Module):
         """Acting for collection: a sampled action (plus its log-prob when on-policy)."""
         if self.head == "deterministic":
             return {"action": torch.tanh(self.features(obs))}
+        if self.head == "normal":
+            # Called once per env step: the closed form skips building distribution
+            # objects, which cost more than the network here (same law, same log-prob).
+            mean = self.features(obs)
+            noise = torch.randn_like(mean)
+            log_prob = (-0.5 * noise.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
+            return {"action": mean + self.log_std.exp() * noise, "sample_log_prob": log_prob}
         action, log_prob = self.sample(obs)
         if self.head == "tanh_normal":  # off-policy: the log-prob is never read back
             return {"action": action}

@@ -1,0 +1,70 @@
+"""``python -m rlrun.benchmarks [collection] [gae] [update] [--quick] [--json PATH]``.
+
+Prints a header (machine, threads, versions) and one Markdown table per
+benchmark, and writes everything, raw per-repetition times included, to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from rlrun.benchmarks import BENCHMARKS
+from rlrun.benchmarks.common import header
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m rlrun.benchmarks",
+        description="Benchmarks rlrun against hand-written references; every figure is a ratio "
+                    "to a reference timed in the same run (interleaved repetitions, medians).")
+    p.add_argument("benchmarks", nargs="*", metavar="BENCHMARK",
+                   help=f"any of {', '.join(BENCHMARKS)} (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="a short smoke run: fewer frames and repetitions, 1 sync env only")
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed repetitions per case (default: per benchmark)")
+    p.add_argument("--json", type=Path, default=Path("bench_results/benchmarks.json"),
+                   help="where to write the results (default: %(default)s, relative to cwd)")
+    args = p.parse_args(argv)
+    unknown = [b for b in args.benchmarks if b not in BENCHMARKS]
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    if args.reps is not None and args.reps < 1:
+        p.error("--reps must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the selected benchmarks; returns the process exit status."""
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # rlrun's default (conf/config.yaml: threads: 1), for both sides
+    selected = [b for b in BENCHMARKS if b in args.benchmarks] or list(BENCHMARKS)
+    info = header()
+    print("# rlrun benchmarks" + (" (--quick)" if args.quick else ""))
+    for key, value in info.items():
+        print(f"- {key}: {value}")
+    results: dict = {"header": info, "quick": args.quick, "results": {}}
+    for name in selected:
+        module = importlib.import_module(f"rlrun.benchmarks.{name}")
+        print(f"\n## {name}", flush=True)
+        start = time.perf_counter()
+        result = module.run(quick=args.quick, reps=args.reps)
+        result["wall_s"] = round(time.perf_counter() - start, 1)
+        results["results"][name] = result
+        print()
+        print(module.render(result), flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1, default=str))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Update throughput: rlrun's losses + ``OptimizerStep`` against hand-written steps.
+
+* SAC at HalfCheetah shapes (obs 17, action 6, 256x256 ReLU, batch 256):
+  rlrun's ``SACLoss`` + ``OptimizerStep(loss.param_groups())`` +
+  ``loss.update_targets()`` (as ``rlrun/run.py`` wires them) against a
+  CleanRL-like step: two ``nn.Sequential`` Q nets, three Adams (critic, actor,
+  temperature), three backward passes, polyak with ``torch._foreach_lerp_``.
+* PPO epoch at CartPole shapes (obs 4, 2 actions, 64x64 tanh, 2048 samples,
+  minibatches of 64, Adam eps 1e-5, grad-norm clip 0.5): rlrun's ``PPOLoss`` +
+  ``OptimizerStep`` on ``batch[idx]`` against a CleanRL-like minibatch step.
+
+Both sides read the same pre-made batches (replay sampling is not timed) and use
+torch's default Adam. Ratios are rlrun's throughput over the reference's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+from torch.distributions import Categorical, Normal
+
+from rlrun.algos.ppo import PPOLoss
+from rlrun.algos.sac import SACLoss
+from rlrun.benchmarks.common import interleave, median, ratio, table
+from rlrun.envs.gym import EnvSpec
+from rlrun.modules.models import actor_critic, actor_twin_q
+from rlrun.trainer.optim import OptimizerStep
+
+OBS, ACT, BATCH, POOL = 17, 6, 256, 16
+
+
+def sac_batches(seed: int = 0) -> list[TensorDict]:
+    """``POOL`` random replay batches in rlrun's key layout."""
+    g = torch.Generator().manual_seed(seed)
+    return [TensorDict({
+        "observation": torch.randn(BATCH, OBS, generator=g),
+        "action": torch.rand(BATCH, ACT, generator=g) * 2 - 1,
+        "next": {"observation": torch.randn(BATCH, OBS, generator=g),
+                 "reward": torch.randn(BATCH, 1, generator=g),
+                 "terminated": torch.rand(BATCH, 1, generator=g) < 0.01},
+    }, batch_size=[BATCH]) for _ in range(POOL)]
+
+
+def rlrun_sac(batches: list[TensorDict]) -> Callable[[int], None]:
+    """rlrun's SAC update, wired as ``rlrun/run.py`` and the target_update hook do."""
+    spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
+    loss = SACLoss(actor_twin_q(spec), ACT)
+    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0)
+
+    def steps(n: int) -> None:
+        for i in range(n):
+            optim.step(loss(batches[i % POOL]))
+            loss.update_targets()
+    return steps
+
+
+def _mlp(sizes: list[int], act: type[nn.Module]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(a, b)] + ([act()] if i < len(sizes) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def handwritten_sac(batches: list[TensorDict], gamma: float = 0.99, tau: float = 0.005
+                    ) -> Callable[[int], None]:
+    """A CleanRL-like SAC update (critic, then actor, then temperature)."""
+    actor = _mlp([OBS, 256, 256, 2 * ACT], nn.ReLU)
+    q1, q2 = _mlp([OBS + ACT, 256, 256, 1], nn.ReLU), _mlp([OBS + ACT, 256, 256, 1], nn.ReLU)
+    q1_t, q2_t = copy.deepcopy(q1), copy.deepcopy(q2)
+    q_params, t_params = [*q1.parameters(), *q2.parameters()], [*q1_t.parameters(), *q2_t.parameters()]
+    log_alpha = torch.zeros(1, requires_grad=True)
+    q_opt, a_opt = torch.optim.Adam(q_params, lr=3e-4), torch.optim.Adam(actor.parameters(), lr=3e-4)
+    alpha_opt = torch.optim.Adam([log_alpha], lr=3e-4)
+    data = [(b["observation"], b["action"], b["next", "reward"].squeeze(-1),
+             b["next", "observation"], b["next", "terminated"].squeeze(-1).float()) for b in batches]
+
+    def sample(obs: Tensor) -> tuple[Tensor, Tensor]:
+        mean, log_std = actor(obs).chunk(2, -1)
+        normal = Normal(mean, log_std.clamp(-5, 2).exp())
+        u = normal.rsample()
+        correction = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+        return torch.tanh(u), (normal.log_prob(u) - correction).sum(-1)
+
+    def step(obs: Tensor, act: Tensor, rew: Tensor, next_obs: Tensor, term: Tensor) -> None:
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_act, next_logp = sample(next_obs)
+            x = torch.cat([next_obs, next_act], -1)
+            next_q = torch.min(q1_t(x), q2_t(x)).squeeze(-1) - alpha * next_logp
+            target = rew + gamma * (1 - term) * next_q
+        x = torch.cat([obs, act], -1)
+        q_loss = 0.5 * ((q1(x).squeeze(-1) - target).pow(2).mean()
+                        + (q2(x).squeeze(-1) - target).pow(2).mean())
+        q_opt.zero_grad()
+        q_loss.backward()
+        q_opt.step()
+        pi, logp = sample(obs)
+        x = torch.cat([obs, pi], -1)
+        actor_loss = (alpha * logp - torch.min(q1(x), q2(x)).squeeze(-1)).mean()
+        a_opt.zero_grad()
+        actor_loss.backward()
+        a_opt.step()
+        alpha_loss = -(log_alpha * (logp.detach() - ACT)).mean()
+        alpha_opt.zero_grad()
+        alpha_loss.backward()
+        alpha_opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(t_params, q_params, tau)
+
+    def steps(n: int) -> None:
+        for i in range(n):
+            step(*data[i % POOL])
+    return steps
+
+
+def ppo_data(n: int = 2048, seed: int = 0) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict({
+        "observation": torch.randn(n, 4, generator=g),
+        "action": torch.randint(2, (n,), generator=g),
+        "sample_log_prob": math.log(0.5) + 0.05 * torch.randn(n, generator=g),
+        "advantage": torch.randn(n, generator=g), "value_target": torch.randn(n, generator=g),
+    }, batch_size=[n])
+
+
+def rlrun_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], None]:
+    """rlrun's PPO epochs: ``PPOLoss`` + ``OptimizerStep`` on shuffled minibatches."""
+    spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
+    loss = PPOLoss(actor_critic(spec, hidden=[64, 64], activation="tanh"))
+    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, max_grad_norm=0.5, eps=1e-5,
+                          weight_decay=0.0)
+
+    def epochs(n: int) -> None:
+        for _ in range(n):
+            for idx in torch.randperm(batch.shape[0]).split(minibatch):
+                optim.step(loss(batch[idx]))
+    return epochs
+
+
+def handwritten_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], None]:
+    """CleanRL-like PPO epochs (Categorical actor, V critic, one Adam, clip 0.5)."""
+    actor, critic = _mlp([4, 64, 64, 2], nn.Tanh), _mlp([4, 64, 64, 1], nn.Tanh)
+    params = [*actor.parameters(), *critic.parameters()]
+    opt = torch.optim.Adam(params, lr=3e-4, eps=1e-5)
+    obs, act, old_logp, adv_all, ret = (batch[k] for k in ("observation", "action", "sample_log_prob",
+                                                           "advantage", "value_target"))
+
+    def epochs(n: int) -> None:
+        for _ in range(n):
+            for idx in torch.randperm(obs.shape[0]).split(minibatch):
+                dist = Categorical(logits=actor(obs[idx]))
+                logratio = dist.log_prob(act[idx]) - old_logp[idx]
+                ratio_ = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio_ - 1) - logratio).mean()  # noqa: F841 (logged in CleanRL)
+                    clipfrac = ((ratio_ - 1).abs() > 0.2).float().mean()  # noqa: F841
+                adv = adv_all[idx]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio_, -adv * ratio_.clamp(0.8, 1.2)).mean()
+                v_loss = 0.5 * (critic(obs[idx]).squeeze(-1) - ret[idx]).pow(2).mean()
+                loss = pg_loss - 0.0 * dist.entropy().mean() + 0.5 * v_loss
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, 0.5)
+                opt.step()
+    return epochs
+
+
+def run(quick: bool = False, reps: int | None = None) -> dict:
+    """SAC updates/s and PPO epochs/s of rlrun against the hand-written steps."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    reps = reps or (3 if quick else 7)
+    sac_n, ppo_n = (20, 1) if quick else (100, 3)
+    batches, ppo_batch = sac_batches(), ppo_data()
+    rows = []
+    for name, unit, n, rl, hand in (
+            ("SAC update (HalfCheetah shapes)", "updates/s", sac_n, rlrun_sac(batches),
+             handwritten_sac(batches)),
+            ("PPO epoch (CartPole shapes, 32 minibatches)", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
+             handwritten_ppo(ppo_batch))):
+        times = interleave({"rlrun": lambda rl=rl, n=n: rl(n), "hand": lambda hand=hand, n=n: hand(n)},
+                           reps)
+        r = ratio(times["hand"], times["rlrun"])
+        rows.append({"workload": name, "unit": unit, "per_rep": n, "reps": reps,
+                     "rlrun_per_s": n / median(times["rlrun"]), "hand_per_s": n / median(times["hand"]),
+                     "ratio": r["median"], "ratio_min": r["min"], "ratio_max": r["max"],
+                     "times_s": times})
+        print(f"  update {name}: ratio {r['median']:.2f}", flush=True)
+    return {"rows": rows, "notes": []}
+
+
+def render(result: dict) -> str:
+    """The result as a Markdown table."""
+    cols = [("workload", "workload", "s"), ("unit", "unit", "s"), ("rlrun_per_s", "rlrun", ".1f"),
+            ("hand_per_s", "hand-written", ".1f"), ("ratio", "rlrun/hand", ".2f"),
+            ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f")]
+    return table(result["rows"], cols)
