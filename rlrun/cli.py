@@ -85,6 +85,7 @@ def precheck(args: list[str]) -> None:
     """Reports unknown presets and misspelt keys with a fix, before Hydra composes."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
 
     overrides = [a for a in args if not a.startswith("-") and "=" in a]
     try:
@@ -99,7 +100,7 @@ def precheck(args: list[str]) -> None:
         if key.startswith("hydra") or o.package:
             continue
         if key in groups:
-            if o.is_sweep_override() and o.is_glob():
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
                 continue  # Hydra expands and checks globs itself
             values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
                       else [str(o.value())])

@@ -104,3 +104,13 @@ def test_long_override_lists_get_a_short_stable_run_directory():
     name = _run_name(long)
     assert len(name) <= 160 and name == _run_name(long) and name != _run_name(long + "x")
     assert _run_name("") == "default" and _run_name("a=1,b=x/y") == "a=1,b=x_y"
+
+
+def test_precheck_accepts_sweeps_and_globs_and_checks_each_choice():
+    from rlrun.cli import precheck
+    from rlrun.errors import ConfigError
+
+    precheck(["-m", "algo=ppo,a2c", "env=cartpole", "seed=0,1,2"])
+    precheck(["-m", "+paper=glob(table1/sac_*)", "seed=0,1"])
+    with pytest.raises(ConfigError, match="unknown algo 'a2d'"):
+        precheck(["-m", "algo=ppo,a2d"])
