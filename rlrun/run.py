@@ -82,14 +82,14 @@ def resolve_device(device: str) -> torch.device:
 
 
 class Checkpointing(Hook):
-    """Saves a checkpoint every ``interval_frames`` and when the loop is asked to stop."""
+    """Saves a checkpoint every ``interval_frames``; ``train`` saves once more when the loop ends."""
 
     def __init__(self, save, interval_frames: int):
         self.save, self.interval, self.next_at = save, interval_frames, interval_frames
 
     def post_steps_log(self, trainer, batch) -> None:
         due = self.interval > 0 and trainer.frames >= self.next_at
-        if due or trainer.stop_reason:
+        if due:
             self.save()
             while self.interval > 0 and self.next_at <= trainer.frames:
                 self.next_at += self.interval
@@ -228,11 +228,10 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     previous = _install_stop_handlers(trainer)
     try:
         trainer.train()
-        if trainer.interrupted:
-            status = "KILLED"
-        else:
-            save()
-            status = "FINISHED"
+        # Saved here, not in a hook, so that a signal landing after the checkpoint
+        # hook of the last batch still keeps that batch (else it is trained twice).
+        save()
+        status = "KILLED" if trainer.interrupted else "FINISHED"
     finally:
         _restore_handlers(previous)
         progress.close()
