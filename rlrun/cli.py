@@ -25,6 +25,7 @@ from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
 
 CONF_DIR = Path(str(files("rlrun.conf")))
+SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
 
 
 def _run_name(override_dirname: str) -> str:
@@ -45,10 +46,24 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
+def _group_dirs() -> dict[str, Path]:
+    """Config group name -> its directory: conf/ groups, conf/hydra/<group>, and sweeps/ groups."""
+    dirs: dict[str, Path] = {}
+    for root in (CONF_DIR, SWEEPS_DIR):
+        for d in sorted(root.iterdir()):
+            if not d.is_dir() or d.name.startswith(("_", ".")):
+                continue
+            if root is CONF_DIR and d.name == "hydra":
+                dirs.update({f"hydra/{sub.name}": sub for sub in sorted(d.iterdir()) if sub.is_dir()})
+            else:
+                dirs[d.name] = d
+    return dirs
+
+
 def config_groups() -> dict[str, list[str]]:
-    """Config groups of the shipped tree and their options."""
-    return {d.name: sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
-            for d in sorted(CONF_DIR.iterdir()) if d.is_dir() and not d.name.startswith("_")}
+    """Config groups of the shipped tree (conf/ and sweeps/) and their options."""
+    return {name: sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
+            for name, d in _group_dirs().items()}
 
 
 def _first_comment(path: Path) -> str:
@@ -63,7 +78,7 @@ def list_components(args: list[str]) -> int:
     from rlrun.registry import KINDS, entries
 
     kind = args[0] if args else None
-    groups = config_groups()
+    groups, dirs = config_groups(), _group_dirs()
     if kind and kind not in KINDS and kind not in groups:
         print(f"rlrun: error: unknown kind {kind!r}.{did_you_mean(kind, [*KINDS, *groups])}\n"
               f"  fix: use one of {', '.join(sorted({*KINDS, *groups}))}", file=sys.stderr)
@@ -73,7 +88,7 @@ def list_components(args: list[str]) -> int:
         for group, options in groups.items():
             if kind in (None, group):
                 for opt in options:
-                    print(f"  {f'{group}={opt}':<28} {_first_comment(CONF_DIR / group / f'{opt}.yaml')}")
+                    print(f"  {f'{group}={opt}':<28} {_first_comment(dirs[group] / f'{opt}.yaml')}")
     if kind is None or kind in KINDS:
         print("registered components (name: in a config node):")
         for e in entries(kind if kind in KINDS else None):

@@ -4,5 +4,6 @@ from rlrun import collectors, exploration, tracking  # noqa: F401
 from rlrun.algos import a2c, dqn, ppo, sac, td3  # noqa: F401
 from rlrun.buffers import factory  # noqa: F401
 from rlrun.envs import atari, gym  # noqa: F401
+from rlrun.launch import pruning  # noqa: F401
 from rlrun.modules import cnn, models  # noqa: F401
 from rlrun.trainer import hooks, optim  # noqa: F401

@@ -1,0 +1,95 @@
+"""Reruns the best trial of a search from its saved, resolved config.
+
+The search writes ``<sweep dir>/best.yaml`` (trial, value, params, run
+directories, the path of the trial's ``config.yaml``). The rerun loads that
+config as it ran (every preset and default already resolved), drops the
+pruning hook, applies ``key=value`` overrides (a longer ``total_frames``,
+another ``seed``) and trains it in ``<sweep dir>/best/seed_<seed>``: rerunning
+the same command continues that run, as ``rlrun`` does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlrun import __version__
+from rlrun.errors import ConfigError
+
+_MISSING = object()
+
+
+def load_best(study_dir: Path) -> dict[str, Any]:
+    """The content of ``<study_dir>/best.yaml`` (or of the given file)."""
+    path = study_dir if study_dir.is_file() else study_dir / "best.yaml"
+    if not path.exists():
+        raise ConfigError(f"no {path}", key="study_dir",
+                          fix="give the sweep directory of a search that finished at least one trial")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def best_config(best: dict[str, Any], overrides: list[str], seed: int | None = None) -> DictConfig:
+    """The best trial's saved config, without the pruning hook, with ``overrides`` applied."""
+    if not best.get("config") or not Path(best["config"]).exists():
+        raise ConfigError(f"the best trial's config {best.get('config')} is missing",
+                          key="config", fix="rerun the search or restore its run directories")
+    cfg = OmegaConf.load(best["config"])
+    if "hooks" in cfg and "optuna_pruning" in cfg.hooks:
+        cfg.hooks.pop("optuna_pruning")
+    if seed is not None:
+        cfg.seed = seed
+    cfg.resume = "auto"
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        missing = OmegaConf.select(cfg, key.lstrip("+"), default=_MISSING) is _MISSING
+        if not sep or (missing and not key.startswith("+")):
+            raise ConfigError(f"cannot override {item!r}", key=key,
+                              fix="use key=value with a key of the saved config (or +key=value to add one)")
+        # YAML typing, as on the command line: numbers, booleans, null, [lists]
+        OmegaConf.update(cfg, key.lstrip("+"), OmegaConf.create(f"v: {value}").v, force_add=True)
+    return cfg
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def rerun_best(study_dir: Path, overrides: list[str], seed: int | None = None,
+               run_dir: Path | None = None, dry_run: bool = False) -> dict[str, Any] | None:
+    """Trains the best trial's config again; returns the run's summary (None with ``dry_run``).
+
+    Args:
+        study_dir: The search's sweep directory (holding ``best.yaml``).
+        overrides: ``key=value`` changes to the saved config.
+        seed: The seed (default: the saved config's, i.e. the trial's first seed).
+        run_dir: Where to train (default ``<study_dir>/best/seed_<seed>``).
+        dry_run: Print the config and the directory, do not train.
+    """
+    best = load_best(study_dir)
+    cfg = best_config(best, overrides, seed)
+    study_dir = study_dir.parent if study_dir.is_file() else study_dir
+    run_dir = run_dir or study_dir / "best" / f"seed_{cfg.seed}"
+    print(f"[rlrun] best trial {best['trial']} of {best['study_name']!r}: {best['metric']} "
+          f"{best['value']:.4g} with {best['params']}\n[rlrun] config {best['config']} -> {run_dir}",
+          file=sys.stderr)
+    if dry_run:
+        print(OmegaConf.to_yaml(cfg))
+        return None
+    from rlrun.run import train
+
+    tags = {**{k: str(v) for k, v in (best.get("choices") or {}).items()}, "rlrun_version": __version__,
+            "hpo_study": str(best["study_name"]), "hpo_trial": str(best["trial"]),
+            "hpo_rerun_of": str(Path(best["config"]).parent)}
+    commit = _git_commit()
+    if commit:
+        tags["git_commit"] = commit
+    return train(cfg, run_dir, tags)

@@ -1,0 +1,71 @@
+"""The ``optuna_pruning`` hook: evaluation returns go to an Optuna trial, which may stop the run."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rlrun.launch.study import load_trial
+from rlrun.trainer.hooks import Hook
+
+
+class OptunaPruning(Hook):
+    """Reports each evaluation to trial ``trial`` of an Optuna study and stops the run when pruned.
+
+    Hooks from the config run before the built-in evaluation at each batch, so
+    an evaluation made at the end of one batch is reported at the next, with
+    the frame count it was made at as the step. Only the seed with ``report``
+    set (the first seed of a trial) reports; every seed asks the pruner, so
+    all of a pruned trial's runs stop. A pruned run ends normally (checkpoint,
+    summary with ``stop_reason: pruned``). Without a trial (``trial: null``,
+    e.g. ``+hpo=...`` without ``-m``) the hook does nothing.
+
+    Args:
+        storage: Optuna storage URL of the study (``sqlite:///...``).
+        study_name: The study.
+        trial: Trial number.
+        report: Report intermediate values (else only check for pruning).
+    """
+
+    def __init__(self, storage: str | None, study_name: str | None, trial: int | None,
+                 report: bool = True):
+        self.storage, self.study_name, self.number, self.report = storage, study_name, trial, report
+        self.enabled = None not in (storage, study_name, trial)
+        self.metric = "eval/episode_return"
+        self._trial: Any = None
+        self._seen: Any = None
+        self._prev_frames: int | None = None
+
+    def post_steps_log(self, trainer, batch) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._step(trainer)
+        except Exception as err:  # a locked or lost study must not end a training run
+            print(f"[rlrun] optuna_pruning disabled: {type(err).__name__}: {err}", file=sys.stderr)
+            self.enabled = False
+
+    def _step(self, trainer) -> None:
+        if self._trial is None:
+            self._trial, attrs = load_trial(str(self.storage), str(self.study_name), int(self.number))
+            self.metric = attrs.get("metric", self.metric)
+            self._tag(trainer, {"optuna.study": str(self.study_name), "optuna.trial": str(self.number)})
+        last = getattr(trainer.hooks.get("evaluation"), "last", None)
+        if self._prev_frames is not None and last and last is not self._seen and self.metric in last:
+            if self.report:
+                self._trial.report(float(last[self.metric]), step=self._prev_frames)
+            # a run that has done all its frames finishes: its final evaluation is the result
+            if trainer.frames < trainer.collector.total_frames and self._trial.should_prune():
+                trainer.request_stop("pruned", interrupted=False)
+                self._tag(trainer, {"optuna.pruned": "true"})
+                print(f"[rlrun] optuna trial {self.number} pruned at {self._prev_frames} frames",
+                      file=sys.stderr)
+        self._seen = last  # evaluations make a new dict: identity tells a new result
+        self._prev_frames = trainer.frames
+
+    @staticmethod
+    def _tag(trainer, tags: dict[str, str]) -> None:
+        client, run_id = getattr(trainer.logger, "client", None), getattr(trainer.logger, "run_id", None)
+        if client is not None and run_id is not None:
+            for k, v in tags.items():
+                client.set_tag(run_id, k, v)

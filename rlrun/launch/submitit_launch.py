@@ -1,0 +1,274 @@
+"""Hydra launchers on submitit: parallel local jobs and SLURM arrays, with status files and requeue.
+
+They extend hydra-submitit-launcher's launcher (whose ``checkpoint`` resubmits
+the same call when a job is preempted or times out) with what rlrun needs:
+
+- the job registers rlrun's OmegaConf resolvers (it is a fresh process that
+  unpickles the launcher, so ``rlrun.cli.main`` never ran there);
+- under SLURM, SIGTERM requeues like the warning signal, a cancel does not
+  (``rlrun.launch.signals``);
+- each job keeps ``<run dir>/job.json`` up to date (``rlrun.launch.status``);
+- ``LocalLauncher`` (``rlrun.launch.local``) runs the jobs on ``max_parallel``
+  worker processes;
+- ``SlurmLauncher`` with ``wait=false`` returns once the array is queued.
+
+The requeued job finds its run directory again because the launcher, pickled
+with the sweep config, carries the resolved ``${now:...}`` of ``hydra.sweep.dir``
+(Hydra copies the resolver cache into each job's config); rlrun then resumes
+from ``<run dir>/checkpoint.pt`` with ``resume=auto``, in the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQueueConf, SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+from omegaconf import OmegaConf, open_dict
+
+from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalConf(LocalQueueConf):
+    """``hydra/launcher=rlrun_local``: the jobs on ``max_parallel`` local worker processes."""
+
+    _target_: str = "hydra_plugins.rlrun_launch.plugins.LocalLauncher"
+    max_parallel: int | None = None  # None: one job per available CPU core
+    max_num_timeout: int = 3
+
+
+@dataclass
+class SlurmConf(SlurmQueueConf):
+    """``hydra/launcher=rlrun_slurm``: submitit's SLURM executor; ``wait=false`` returns once queued."""
+
+    _target_: str = "hydra_plugins.rlrun_launch.plugins.SlurmLauncher"
+    wait: bool = True
+
+
+class JobInterrupted(RuntimeError):
+    """The run stopped on a signal, with a checkpoint, and was not requeued (rerun to continue)."""
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _summary_fields(run_dir: Path | None) -> dict[str, Any]:
+    if run_dir is None:
+        return {}
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    keys = ("status", "frames", "total_frames", "stop_reason", "eval/episode_return", "mlflow_run_id")
+    return {f"summary_{k}" if k == "status" else k: summary.get(k) for k in keys}
+
+
+def prepare_tracking(logger: dict[str, Any]) -> None:
+    """Creates a job's SQLite MLflow store and experiment before parallel jobs race to (it fails)."""
+    if logger.get("name") != "mlflow":
+        return
+    root = Path(logger.get("root") or os.getcwd()).resolve()
+    uri = logger.get("tracking_uri") or f"sqlite:///{root / 'mlflow.db'}"
+    if not uri.startswith("sqlite"):
+        return  # a tracking server serialises its own schema set-up
+    from mlflow.tracking import MlflowClient
+
+    root.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(uri)
+    name = logger.get("experiment") or "rlrun"
+    if client.get_experiment_by_name(name) is None:  # artifacts where rlrun.tracking puts them
+        client.create_experiment(name, artifact_location=(root / "mlruns").as_uri())
+
+
+class SubmititLauncher(BaseSubmititLauncher):
+    """Shared job side (resolvers, signals, status) and submission of the rlrun launchers."""
+
+    _OWN_PARAMS: tuple[str, ...] = ()  # ours, not submitit's: kept out of update_parameters
+
+    def __init__(self, **params: Any) -> None:
+        own = {k: params.pop(k) for k in self._OWN_PARAMS if k in params}
+        super().__init__(**params)
+        self.options = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+                        for k, v in own.items()}
+        self._requeueing = False
+
+    # ------------------------------------------------------------------ job side
+    def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
+                 singleton_state: dict, status_file: str | None = None) -> JobReturn:
+        import submitit
+
+        from rlrun.cli import register_resolvers
+
+        register_resolvers()
+        self._requeueing = False  # this instance may come from a requeue's pickle
+        env = submitit.JobEnvironment()
+        if self._EXECUTOR == "slurm":
+            from rlrun.launch.signals import install_requeue_handlers
+
+            install_requeue_handlers()
+        else:  # local workers start with SIGINT ignored (rlrun.launch.local): the job must see Ctrl-C
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        status = Path(status_file) if status_file else None
+        planned = read_status(status).get("run_dir") if status else None
+        run_dir = Path(planned) if planned else None
+        if status:
+            update_status(status, state="RUNNING", job_id=env.job_id, stdout=str(env.paths.stdout),
+                          stderr=str(env.paths.stderr), attempt={
+                "started_at": now(), "host": socket.gethostname(), "pid": os.getpid(),
+                "job_id": env.job_id, "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+                "resumed_from_checkpoint": bool(run_dir and (run_dir / "checkpoint.pt").exists())})
+        try:
+            ret = super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        except SystemExit as exc:
+            if self._requeueing or exc.code in (0, None):
+                raise  # submitit exits after requeueing; the requeued job starts over here
+            if status:
+                update_status(status, state="INTERRUPTED" if exc.code == 143 else "FAILED",
+                              exit_code=exc.code, **_summary_fields(run_dir))
+            # an exception (unlike SystemExit) reaches the launcher as this job's result
+            error = JobInterrupted if exc.code == 143 else RuntimeError
+            raise error(f"rlrun exited with code {exc.code} in job {env.job_id}; "
+                        f"see {env.paths.stderr}") from None
+        except KeyboardInterrupt:
+            if status:
+                update_status(status, state="INTERRUPTED", **_summary_fields(run_dir))
+            raise
+        except BaseException as err:
+            if status:
+                update_status(status, state="FAILED", error=f"{type(err).__name__}: {err}"[:1000])
+            raise
+        if status:
+            out = Path(str(ret.hydra_cfg.hydra.runtime.output_dir)) if ret.hydra_cfg else run_dir
+            failed = ret.status != JobStatus.COMPLETED
+            update_status(status, state="FAILED" if failed else "COMPLETED", run_dir=str(out),
+                          **({"error": repr(ret._return_value)[:1000]} if failed else {}),
+                          **_summary_fields(out))
+        return ret
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Called by submitit on preemption/time-out: resubmit this same call (the run resumes)."""
+        self._requeueing = True
+        status_file = args[5] if len(args) > 5 else kwargs.get("status_file")
+        if status_file:
+            update_status(Path(status_file), state="REQUEUED", requeued_at=now())
+        return super().checkpoint(*args, **kwargs)
+
+    # ------------------------------------------------------------------ submitting side
+    def _executor(self) -> Any:
+        import submitit
+
+        params = dict(self.params)
+        init = {"folder": params.pop("submitit_folder")}
+        if "max_num_timeout" in params:
+            init[f"{self._EXECUTOR}_max_num_timeout"] = params.pop("max_num_timeout")
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in base else f"{self._EXECUTOR}_{k}": v
+                                      for k, v in params.items()})
+        return executor
+
+    def _job_info(self, overrides: Sequence[str], job_num: int) -> tuple[Path | None, dict | None]:
+        """The job's run directory and logger config, resolved here as ``run_job`` will in the job."""
+        assert self.hydra_context is not None and self.config is not None
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg.hydra.job):
+                cfg.hydra.job.num = job_num
+            hydra_config = HydraConfig.instance()
+            saved = hydra_config.cfg
+            hydra_config.set_config(cfg)  # ${hydra:job.num} etc. resolve against the job's config
+            try:
+                run_dir = Path(os.path.abspath(os.path.join(str(cfg.hydra.sweep.dir),
+                                                            str(cfg.hydra.sweep.subdir))))
+                logger = cfg.get("logger")
+                return run_dir, OmegaConf.to_container(logger, resolve=True) if logger else None
+            finally:
+                hydra_config.cfg = saved
+        except Exception as err:  # a subdir only the job can resolve: status goes elsewhere
+            log.debug("cannot resolve the run dir of job %d: %s", job_num, err)
+            return None, None
+
+    def _prepare(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                 state: str = "SUBMITTING") -> list[tuple]:
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if "mode" in self.config.hydra.sweep:
+            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+        log.info(f"rlrun '{self._EXECUTOR}' launcher, sweep dir: {sweep_dir}")
+        params, prepared = [], set()
+        for i, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + i
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            run_dir, logger = self._job_info(overrides, idx)
+            if logger and repr(logger) not in prepared:
+                prepared.add(repr(logger))
+                try:
+                    prepare_tracking(logger)
+                except Exception as err:  # the jobs will report a bad store themselves, clearly
+                    log.warning(f"could not prepare the MLflow store: {type(err).__name__}: {err}")
+            status = (run_dir or sweep_dir.resolve() / ".status" / str(idx)) / STATUS_FILE
+            update_status(status, fresh=True, state=state, job_num=idx, executor=self._EXECUTOR,
+                          run_dir=str(run_dir) if run_dir else None, overrides=list(overrides),
+                          sweep_dir=str(sweep_dir.resolve()))
+            params.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
+                           Singleton.get_state(), str(status)))
+        return params
+
+    @staticmethod
+    def _submitted(job: Any, params: tuple) -> None:
+        update_status(Path(params[5]), if_unset_state="PENDING", job_id=job.job_id,
+                      submitted_at=now(), submitit_folder=str(job.paths.folder),
+                      stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
+
+    @staticmethod
+    def _results(jobs: list[Any], params: list[tuple]) -> list[JobReturn]:
+        """Waits for every job; a failed one becomes a FAILED JobReturn (raised after all ended)."""
+        results = []
+        for job, p in zip(jobs, params):
+            try:
+                results.append(job.results()[0])
+            except Exception as err:
+                if read_status(Path(p[5])).get("state") not in FINAL_STATES:
+                    update_status(Path(p[5]), state="FAILED", error=f"{type(err).__name__}: {err}"[:1000])
+                results.append(JobReturn(overrides=p[0], status=JobStatus.FAILED, _return_value=err))
+        return results
+
+
+class SlurmLauncherBase(SubmititLauncher):
+    """One SLURM job array per batch; ``wait=false`` returns once it is queued."""
+
+    _EXECUTOR = "slurm"
+    _OWN_PARAMS = ("wait",)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        params = self._prepare(job_overrides, initial_job_idx)
+        jobs = self._executor().map_array(self, *zip(*params))
+        for job, p in zip(jobs, params):
+            self._submitted(job, p)
+        if self.options.get("wait", True):
+            return self._results(jobs, params)
+        assert self.config is not None
+        log.info(f"submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); follow them with "
+                 f"`python -m rlrun.launch status {self.config.hydra.sweep.dir}`")
+        return [JobReturn(overrides=p[0], status=JobStatus.COMPLETED,
+                          _return_value={"job_id": job.job_id, "status_file": p[5]})
+                for job, p in zip(jobs, params)]

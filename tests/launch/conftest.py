@@ -1,0 +1,27 @@
+"""Fixtures of the launching tests: a live SLURM cluster when there is one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # launch_utils, next to this file
+
+from launch_utils import slurm_problem  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def slurm_partition() -> str:
+    """The default partition of a live SLURM cluster; skips without one (fails if RLRUN_REQUIRE_SLURM=1)."""
+    problem = slurm_problem()
+    if problem:
+        if os.environ.get("RLRUN_REQUIRE_SLURM") == "1":  # CI started a cluster: do not skip silently
+            pytest.fail(problem)
+        pytest.skip(problem)
+    out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=20).stdout
+    parts = out.split()
+    return next((p.rstrip("*") for p in parts if p.endswith("*")), parts[0])

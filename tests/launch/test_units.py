@@ -1,0 +1,103 @@
+"""Unit tests: SIGTERM decisions and handler wiring, status files, search-space parsing."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from rlrun.errors import ConfigError
+from rlrun.launch import signals
+from rlrun.launch.status import find_status, format_table, update_status
+
+
+@pytest.mark.parametrize(("state", "reason", "action"), [
+    ("RUNNING", "", signals.REQUEUE),        # scancel --signal TERM: preemption notice, job goes on
+    ("TIMEOUT", "", signals.REQUEUE),        # time limit reached
+    ("CANCELLED", "", signals.IGNORE),       # scancel: the user wants it gone
+    ("PREEMPTED", "", signals.EXIT),         # SLURM's own preemption: its PreemptMode requeues
+    ("COMPLETING", "TimeLimit", signals.REQUEUE),  # no accounting: scontrol's reason tells
+    ("COMPLETING", "None", signals.IGNORE),
+    ("", "", signals.REQUEUE),               # unknown: keep the job's progress
+])
+def test_sigterm_action(state, reason, action):
+    assert signals.sigterm_action(state, reason) == action
+
+
+class FakeSubmititHandler:
+    """Stands in for submitit's SignalHandler (its bound method is what submitit installs)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def checkpoint_and_try_requeue(self, signum, frame=None):
+        self.calls.append(("requeue", signum))
+
+    def checkpoint_and_exit(self, signum, frame=None):
+        self.calls.append(("exit", signum))
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+@pytest.mark.parametrize(("state", "expected"), [("RUNNING", [("requeue", signal.SIGTERM)]),
+                                                 ("PREEMPTED", [("exit", signal.SIGTERM)]),
+                                                 ("CANCELLED", [])])
+def test_sigterm_handler_follows_job_state_and_requeues_once(restore_signals, state, expected):
+    fake = FakeSubmititHandler()
+    signal.signal(signal.SIGUSR2, fake.checkpoint_and_try_requeue)
+    assert signals.install_requeue_handlers("42", state_of=lambda jid: (state, ""))
+    on_term, on_usr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
+    on_term(signal.SIGTERM, None)  # what rlrun's chain_signal_handler does after its checkpoint
+    assert fake.calls == expected
+    on_usr(signal.SIGUSR2, None)   # e.g. the SIGTERM that `scontrol requeue` sends: no second requeue
+    on_term(signal.SIGTERM, None)
+    assert fake.calls == (expected or [("requeue", signal.SIGUSR2)])
+
+
+def test_no_submitit_handler_leaves_signals_alone(restore_signals):
+    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    assert not signals.install_requeue_handlers("42", state_of=lambda jid: ("RUNNING", ""))
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_status_file_merges_and_keeps_the_jobs_state(tmp_path):
+    path = tmp_path / "run" / "job.json"
+    update_status(path, fresh=True, state="SUBMITTING", job_num=3, run_dir=str(path.parent))
+    update_status(path, state="RUNNING", attempt={"pid": 1})      # the job starts first ...
+    update_status(path, if_unset_state="PENDING", job_id="77_3")  # ... then the launcher records the id
+    update_status(path, attempt={"pid": 2}, frames=512)
+    (record,) = find_status(tmp_path)
+    assert record["state"] == "RUNNING" and record["job_id"] == "77_3" and record["frames"] == 512
+    assert [a["pid"] for a in record["attempts"]] == [1, 2]
+    assert "77_3" in format_table([record])
+    update_status(path, fresh=True, state="SUBMITTING", job_num=3)  # a new submission starts over
+    assert "attempts" not in find_status(tmp_path)[0]
+
+
+def test_search_space_and_optuna_objects():
+    optuna = pytest.importorskip("optuna")
+    from rlrun.launch.study import aggregate, build_pruner, build_sampler, distributions
+
+    dists = distributions({"optim.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+                           "trainer.epochs_per_batch": {"low": 2, "high": 10},
+                           "model.hidden": {"choices": ["[64,64]", "[256,256]"]}})
+    assert isinstance(dists["optim.lr"], optuna.distributions.FloatDistribution) and dists["optim.lr"].log
+    assert isinstance(dists["trainer.epochs_per_batch"], optuna.distributions.IntDistribution)
+    assert isinstance(dists["model.hidden"], optuna.distributions.CategoricalDistribution)
+    assert isinstance(build_pruner({"name": "median", "n_startup_trials": 2}), optuna.pruners.MedianPruner)
+    assert isinstance(build_sampler({"name": "random", "seed": 0}), optuna.samplers.RandomSampler)
+    assert aggregate([1.0, 2.0, 9.0], "median") == 2.0 and aggregate([1.0, 2.0], "mean") == 1.5
+    for bad in ({"optim.lr": {"low": 1}}, {"optim.lr": {"type": "beta", "low": 0, "high": 1}},
+                {"optim.lr": {"low": 0.1, "high": 1.0, "lg": True}}, {}):
+        with pytest.raises(ConfigError, match="hydra.sweeper.params"):
+            distributions(bad)
+    with pytest.raises(ConfigError, match="use one of"):
+        build_pruner({"name": "medain"})
+    with pytest.raises(ConfigError, match="hydra.sweeper.aggregate"):
+        aggregate([1.0], "max")
