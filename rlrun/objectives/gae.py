@@ -5,17 +5,75 @@ the episode *terminated*; the advantage recursion stops at any episode end
 (terminated or truncated), since the next row belongs to a new episode. With
 the true final observation in ``("next", "observation")`` a truncated episode
 therefore bootstraps from the value of its real last state.
+
+On CPU the recursion runs in a numba kernel. No torch op computes a masked
+linear recurrence, and a Python loop over time costs one op dispatch per step:
+on the paper's Table 4 workload (1000 x 1000 steps) the kernel was ~5x faster
+than a numpy reverse loop and on par with or ahead of a plain numba loop (see
+``python -m rlrun.benchmarks gae``). It accumulates in float64, so float32
+inputs give advantages within ~1e-6 of a float64 reference. Other devices, or
+a machine without numba, use a torch loop over time.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
+
+_kernel: Callable | None = None
+
+
+def _numba_kernel() -> Callable | None:
+    """The compiled kernel (imported on first use; None without numba)."""
+    global _kernel
+    if _kernel is None and importlib.util.find_spec("numba") is not None:
+        from rlrun.objectives._gae_kernel import gae_kernel
+
+        _kernel = gae_kernel
+    return _kernel
+
+
+def warm_up() -> None:
+    """Loads (or compiles) the kernel now, so the first training batch does not pay for it."""
+    if _numba_kernel() is not None:
+        x = torch.zeros(1, 2)
+        gae(x, x, x, x.bool(), x.bool(), 0.9, 0.9)
+
+
+def _gae_numba(kernel: Callable, reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor,
+               done: Tensor, gamma: float, lmbda: float) -> tuple[Tensor, Tensor]:
+    steps = reward.shape[-1]
+    arrays = [x.detach().reshape(-1, steps).contiguous().numpy()
+              for x in (reward, value, next_value, terminated, done)]
+    advantage = torch.empty(value.shape, dtype=value.dtype)
+    target = torch.empty(value.shape, dtype=value.dtype)
+    kernel(*arrays, float(gamma), float(lmbda),
+           advantage.view(-1, steps).numpy(), target.view(-1, steps).numpy())
+    return advantage, target
+
+
+def _gae_torch(reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, done: Tensor,
+               gamma: float, lmbda: float) -> tuple[Tensor, Tensor]:
+    not_terminated = (~terminated).to(value.dtype)
+    delta = reward + gamma * next_value * not_terminated - value
+    coef = (gamma * lmbda) * (~done).to(value.dtype)
+    # Time-major contiguous rows make each step one fused op on a contiguous [batch] vector.
+    delta_t = delta.reshape(-1, delta.shape[-1]).T.contiguous()
+    coef_t = coef.reshape(-1, coef.shape[-1]).T.contiguous()
+    adv_t = torch.empty_like(delta_t)
+    adv_t[-1] = delta_t[-1]
+    for t in range(delta_t.shape[0] - 2, -1, -1):
+        torch.addcmul(delta_t[t], coef_t[t], adv_t[t + 1], out=adv_t[t])
+    advantage = adv_t.T.reshape(delta.shape)
+    return advantage, advantage + value
 
 
 @torch.no_grad()
 def gae(reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, done: Tensor,
-        gamma: float, lmbda: float) -> tuple[Tensor, Tensor]:
+        gamma: float, lmbda: float, backend: str = "auto") -> tuple[Tensor, Tensor]:
     """Advantages and value targets for ``[*batch, T]`` tensors (time last).
 
     Args:
@@ -26,6 +84,8 @@ def gae(reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, d
         done: True where the episode ended at t (terminated or truncated).
         gamma: Discount.
         lmbda: GAE lambda.
+        backend: ``"auto"`` (numba kernel for CPU tensors when numba is installed, else torch),
+            ``"numba"`` or ``"torch"``.
 
     Returns:
         ``(advantage, value_target)`` with ``value_target = advantage + value``.
@@ -36,17 +96,12 @@ def gae(reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, d
         >>> adv
         tensor([[3., 2., 1.]])
     """
-    not_terminated = (~terminated).to(value.dtype)
-    delta = reward + gamma * next_value * not_terminated - value
-    coef = (gamma * lmbda) * (~done).to(value.dtype)
-    # Time-major contiguous rows make each step of the recursion one fused op on
-    # a contiguous [batch] vector; this keeps the Python loop at T iterations of
-    # a single addcmul, with no per-env loop.
-    delta_t = delta.reshape(-1, delta.shape[-1]).T.contiguous()
-    coef_t = coef.reshape(-1, coef.shape[-1]).T.contiguous()
-    adv_t = torch.empty_like(delta_t)
-    adv_t[-1] = delta_t[-1]
-    for t in range(delta_t.shape[0] - 2, -1, -1):
-        torch.addcmul(delta_t[t], coef_t[t], adv_t[t + 1], out=adv_t[t])
-    advantage = adv_t.T.reshape(delta.shape)
-    return advantage, advantage + value
+    if backend not in ("auto", "numba", "torch"):
+        raise ValueError(f"gae backend must be auto, numba or torch, not {backend!r}")
+    on_cpu = all(x.device.type == "cpu" for x in (reward, value, next_value, terminated, done))
+    kernel = _numba_kernel() if backend != "torch" and on_cpu else None
+    if backend == "numba" and kernel is None:
+        raise RuntimeError("gae backend 'numba' needs numba installed and CPU tensors")
+    if kernel is not None and value.dtype in (torch.float32, torch.float64):
+        return _gae_numba(kernel, reward, value, next_value, terminated, done, gamma, lmbda)
+    return _gae_torch(reward, value, next_value, terminated, done, gamma, lmbda)

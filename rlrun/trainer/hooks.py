@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.errors import ConfigError
-from rlrun.objectives.gae import gae
+from rlrun.objectives.gae import gae, warm_up
 from rlrun.registry import register
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
@@ -88,6 +88,7 @@ class GAE(Hook):
     def __init__(self, gamma: float = 0.99, lmbda: float = 0.95, every_epoch: bool = True):
         self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
         self._done_for: int | None = None
+        warm_up()  # numba's import and kernel load (~1 s) happen at build time, not in the first batch
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         if not self.every_epoch and self._done_for == trainer.batches:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -31,18 +33,50 @@ def random_inputs(shape, seed):
     return reward, value, next_value, terminated, terminated | truncated
 
 
+BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba is not installed"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(4, 17), (23,), (2, 3, 9), (3, 1)])
 @pytest.mark.parametrize(("gamma", "lmbda"), [(0.99, 0.95), (0.9, 1.0), (1.0, 0.0)])
-def test_gae_matches_reference_loop(shape, gamma, lmbda):
+def test_gae_matches_reference_loop(shape, gamma, lmbda, backend):
     reward, value, next_value, terminated, done = random_inputs(shape, seed=sum(shape))
     assert terminated.any() and (done & ~terminated).any() or shape[-1] == 1
-    adv, target = gae(reward, value, next_value, terminated, done, gamma, lmbda)
+    adv, target = gae(reward, value, next_value, terminated, done, gamma, lmbda, backend=backend)
     assert adv.shape == target.shape == torch.Size(shape)
+    assert adv.dtype == target.dtype == value.dtype
     flat = [t.reshape(-1, shape[-1]) for t in (reward, value, next_value, terminated, done)]
     expected = torch.tensor([reference_gae(*(t[i] for t in flat), gamma, lmbda)
                              for i in range(flat[0].shape[0])], dtype=torch.float64).reshape(shape)
     torch.testing.assert_close(adv.double(), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(target, adv + value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_long_float32_trajectories_stay_within_1e_5_of_float64(backend):
+    # the Table 4 regime: long episodes, where float32 recursions drift the most
+    reward, value, next_value, terminated, done = random_inputs((8, 2000), seed=3)
+    terminated, done = terminated & (torch.rand(8, 2000) < 0.01), done & (torch.rand(8, 2000) < 0.01)
+    adv, _ = gae(reward, value, next_value, terminated, done, 0.99, 0.95, backend=backend)
+    adv64, _ = gae(*(x.double() for x in (reward, value, next_value)), terminated, done, 0.99, 0.95,
+                   backend="torch")
+    assert (adv.double() - adv64).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
+def test_backends_agree_on_noncontiguous_inputs():
+    reward, value, next_value, terminated, done = (x.transpose(0, 1) for x in random_inputs((50, 6), 1))
+    out = gae(reward, value, next_value, terminated, done, 0.99, 0.95, backend="numba")
+    ref = gae(reward, value, next_value, terminated, done, 0.99, 0.95, backend="torch")
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_unknown_backend_is_refused():
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="backend"):
+        gae(x, x, x, x.bool(), x.bool(), 0.9, 0.9, backend="jax")
 
 
 def test_truncated_last_step_bootstraps_from_next_value_terminated_does_not():
