@@ -1,11 +1,12 @@
 """Benchmarks of rlrun against hand-written references (not tests).
 
-Run ``python -m rlrun.benchmarks [collection] [gae] [update] [--quick]``; see
+Run ``python -m rlrun.benchmarks [collection] [gae] [update] [end_to_end] [--quick]``; see
 ``rlrun/benchmarks/README.md`` for what each reference is and the last results.
 
-Every figure is a ratio against a reference timed in the same process, with
-repetitions interleaved and summarised by their median, so that the numbers
-survive a shared, noisy machine.
+Every figure is a ratio against a reference timed in the same run: in the same
+process with repetitions interleaved and summarised by their median (collection,
+GAE, update), or back to back in child processes (end to end, against
+Stable-Baselines3), so that the numbers survive a shared, noisy machine.
 """
 
-BENCHMARKS = ("collection", "gae", "update")
+BENCHMARKS = ("collection", "gae", "update", "end_to_end")

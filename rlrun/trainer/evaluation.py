@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -68,12 +69,15 @@ class Evaluation(Hook):
         self.evaluator, self.interval, self.target = evaluator, interval_frames, target_return
         self.next_at = interval_frames
         self.last: dict[str, float] = {}
+        self.seconds = 0.0  # wall time spent evaluating, so that training time can be told apart
 
     def run(self, trainer) -> dict[str, float]:
+        start = time.perf_counter()
         returns = self.evaluator.evaluate(trainer.loss.models.actor.act)
+        self.seconds += time.perf_counter() - start
         self.last = {"eval/episode_return": float(returns.mean()),
                      "eval/episode_return_std": float(returns.std()),
-                     "eval/episodes": float(len(returns))}
+                     "eval/episodes": float(len(returns)), "eval/time_total_s": self.seconds}
         trainer.log(self.last)
         return self.last
 
@@ -87,7 +91,8 @@ class Evaluation(Hook):
                 self.next_at += self.interval
 
     def state_dict(self) -> dict:
-        return {"next_at": self.next_at, "last": dict(self.last)}
+        return {"next_at": self.next_at, "last": dict(self.last), "seconds": self.seconds}
 
     def load_state_dict(self, state: dict) -> None:
         self.next_at, self.last = int(state["next_at"]), dict(state["last"])
+        self.seconds = float(state.get("seconds", 0.0))
