@@ -166,23 +166,32 @@ def run(quick: bool = False, reps: int | None = None, seeds: int | None = None) 
             for lib, fn in (("rlrun", run_rlrun), ("sb3", run_sb3)):
                 result = fn(task, seed)
                 rows.append({"task": task, "seed": seed, "lib": lib, **result})
-                print(f"  {task} seed {seed} {lib}: {result['frames']} frames, return {result['return']:.1f}, "
-                      f"train {result['train_s']:.1f} s", flush=True)
+                print(f"  {task} seed {seed} {lib}: {result['frames']} frames, "
+                      f"return {result['return']:.1f}, train {result['train_s']:.1f} s", flush=True)
     for row in rows:
         if row["lib"] == "sb3":
             ours = next(r for r in rows if r["lib"] == "rlrun" and r["task"] == row["task"]
                         and r["seed"] == row["seed"])
             ours["ratio"] = row["train_s"] / ours["train_s"] if ours["reached"] and row["reached"] else None
-    return {"rows": rows, "notes": [
-        "time = training wall time to the first evaluation at or above the threshold, evaluation excluded; "
-        "ratio = SB3 time / rlrun time (set when both reached the threshold)."]}
+    summary = {}
+    for task in tasks:
+        ratios = [r["ratio"] for r in rows if r["task"] == task and r.get("ratio") is not None]
+        seeds_run = sum(r["task"] == task and r["lib"] == "rlrun" for r in rows)
+        summary[task] = {"median_ratio": float(np.median(ratios)) if ratios else None,
+                         "seeds_both_reached": len(ratios), "seeds": seeds_run}
+    notes = [f"{task}: median SB3/rlrun time ratio {v['median_ratio']:.2f} over {v['seeds_both_reached']} "
+             f"of {v['seeds']} seeds where both reached the threshold" if v["median_ratio"] is not None
+             else f"{task}: no seed where both reached the threshold" for task, v in summary.items()]
+    return {"rows": rows, "summary": summary, "notes": [
+        *notes, "time = training wall time to the first evaluation at or above the threshold, evaluation "
+        "excluded; ratio = SB3 time / rlrun time (set when both reached the threshold)."]}
 
 
 def render(result: dict) -> str:
-    cols = [("task", "task", "s"), ("seed", "seed", "d"), ("lib", "library", "s"), ("reached", "reached", "")
-            , ("frames", "frames", "d"), ("return", "eval return", ".1f"), ("train_s", "time to threshold s", ".1f"),
-            ("eval_s", "eval s (excluded)", ".1f"), ("process_s", "process s", ".1f"),
-            ("ratio", "SB3 time / rlrun time", ".2f")]
+    cols = [("task", "task", "s"), ("seed", "seed", "d"), ("lib", "library", "s"),
+            ("reached", "reached", ""), ("frames", "frames", "d"), ("return", "eval return", ".1f"),
+            ("train_s", "time to threshold s", ".1f"), ("eval_s", "eval s (excluded)", ".1f"),
+            ("process_s", "process s", ".1f"), ("ratio", "SB3 time / rlrun time", ".2f")]
     return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])
 
 

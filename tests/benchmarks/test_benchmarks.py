@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.benchmarks import BENCHMARKS, gae as gae_bench
+from rlrun.benchmarks import BENCHMARKS
+from rlrun.benchmarks import gae as gae_bench
 from rlrun.benchmarks.__main__ import parse_args
 from rlrun.objectives.gae import gae
 
