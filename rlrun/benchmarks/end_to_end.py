@@ -188,9 +188,12 @@ def run(quick: bool = False, reps: int | None = None, seeds: int | None = None) 
 
 
 def render(result: dict) -> str:
+    for row in result["rows"]:  # throughput apart from sample efficiency
+        row["ms_per_frame"] = 1e3 * row["train_s"] / max(row["frames"], 1)
     cols = [("task", "task", "s"), ("seed", "seed", "d"), ("lib", "library", "s"),
             ("reached", "reached", ""), ("frames", "frames", "d"), ("return", "eval return", ".1f"),
-            ("train_s", "time to threshold s", ".1f"), ("eval_s", "eval s (excluded)", ".1f"),
+            ("train_s", "time to threshold s", ".1f"), ("ms_per_frame", "ms per frame", ".2f"),
+            ("eval_s", "eval s (excluded)", ".1f"),
             ("process_s", "process s", ".1f"), ("ratio", "SB3 time / rlrun time", ".2f")]
     return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])
 
