@@ -7,7 +7,7 @@ multiply-add. Per trajectory, the kernel first computes every ``delta_t`` and
 steps, writing the block's advantages as ``A_{t+k} = P_k + Q_k A_{t+4}``: ``P_k``
 and ``Q_k`` depend on the block's own data only, so the chain advances four
 steps per multiply-add and the rest overlaps. On the Table 4 workload this
-measured ~3x faster than the same recursion step by step (see
+measured 1.6-3x faster than the same recursion step by step (see
 ``python -m rlrun.benchmarks gae``).
 
 Serial on purpose: numba's parallel thread pool keeps spinning after a parallel
