@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from omegaconf import OmegaConf
 
 from rlrun.cli import CONF_DIR, register_resolvers
 
-ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = Path(str(files("rlrun.sweeps")))
 
 
@@ -88,16 +86,9 @@ def test_multirun_of_a_checked_in_sweep_tags_each_run(tmp_path, capsys):
 
 
 @pytest.mark.timeout(600)
-def test_wheel_ships_sweeps_launchers_and_plugins(tmp_path):
+def test_wheel_ships_sweeps_launchers_and_plugins(tmp_path, wheel_venv):
     """A non-editable install finds `+sweep=`, `+hpo=` and the launchers (plugins in hydra_plugins)."""
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    wheel = next(wheels.glob("rlrun-*.whl"))
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                    "--force-reinstall", str(wheel)], check=True, capture_output=True)
+    venv = wheel_venv
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     rlrun = str(venv / "bin" / "rlrun")
