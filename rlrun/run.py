@@ -88,10 +88,11 @@ class Checkpointing(Hook):
         self.save, self.interval, self.next_at = save, interval_frames, interval_frames
 
     def post_steps_log(self, trainer, batch) -> None:
-        due = self.interval > 0 and trainer.frames >= self.next_at
-        if due:
-            self.save()
-            while self.interval > 0 and self.next_at <= trainer.frames:
+        if self.interval > 0 and trainer.frames >= self.next_at:
+            # the loop's last batch is saved by train() right after the loop: not twice
+            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason:
+                self.save()
+            while self.next_at <= trainer.frames:
                 self.next_at += self.interval
 
     def state_dict(self) -> dict:
