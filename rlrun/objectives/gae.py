@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -43,16 +44,23 @@ def warm_up() -> None:
         gae(x, x, x, x.bool(), x.bool(), 0.9, 0.9)
 
 
+def _rows(x: Tensor, steps: int) -> np.ndarray:
+    """``x`` as a ``[-1, steps]`` numpy view (a copy only when ``x`` is not contiguous)."""
+    x = x.detach()
+    return (x if x.is_contiguous() else x.contiguous()).numpy().reshape(-1, steps)
+
+
 def _gae_numba(kernel: Callable, reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor,
                done: Tensor, gamma: float, lmbda: float) -> tuple[Tensor, Tensor]:
     steps = reward.shape[-1]
-    arrays = [x.detach().reshape(-1, steps).contiguous().numpy()
-              for x in (reward, value, next_value, terminated, done)]
-    advantage = torch.empty(value.shape, dtype=value.dtype)
-    target = torch.empty(value.shape, dtype=value.dtype)
-    kernel(*arrays, float(gamma), float(lmbda),
-           advantage.view(-1, steps).numpy(), target.view(-1, steps).numpy())
-    return advantage, target
+    # numpy allocates the outputs: it asks for huge pages for arrays this large, and reshaping
+    # numpy views is cheaper than torch ops; together this measured 0.17 ms of overhead per call
+    # against 0.5 ms with torch.empty and torch reshapes (1000 x 1000, after other work).
+    advantage = np.empty(value.shape, np.float32 if value.dtype == torch.float32 else np.float64)
+    target = np.empty_like(advantage)
+    kernel(*(_rows(x, steps) for x in (reward, value, next_value, terminated, done)), float(gamma),
+           float(lmbda), advantage.reshape(-1, steps), target.reshape(-1, steps))
+    return torch.from_numpy(advantage), torch.from_numpy(target)
 
 
 def _gae_torch(reward: Tensor, value: Tensor, next_value: Tensor, terminated: Tensor, done: Tensor,
