@@ -12,13 +12,13 @@ from rlrun.trainer.hooks import Hook
 class OptunaPruning(Hook):
     """Reports each evaluation to trial ``trial`` of an Optuna study and stops the run when pruned.
 
-    Hooks from the config run before the built-in evaluation at each batch, so
-    an evaluation made at the end of one batch is reported at the next, with
-    the frame count it was made at as the step. Only the seed with ``report``
-    set (the first seed of a trial) reports; every seed asks the pruner, so
-    all of a pruned trial's runs stop. A pruned run ends normally (checkpoint,
-    summary with ``stop_reason: pruned``). Without a trial (``trial: null``,
-    e.g. ``+hpo=...`` without ``-m``) the hook does nothing.
+    Each result arrives through ``post_eval``, in the batch the evaluation was
+    made, and is reported with that frame count as the step. Only the seed with
+    ``report`` set (the first seed of a trial) reports; every seed asks the
+    pruner, so all of a pruned trial's runs stop. A pruned run ends normally
+    after that batch (checkpoint, summary with ``stop_reason: pruned``).
+    Without a trial (``trial: null``, e.g. ``+hpo=...`` without ``-m``) the
+    hook does nothing.
 
     Args:
         storage: Optuna storage URL of the study (``sqlite:///...``).
@@ -33,35 +33,39 @@ class OptunaPruning(Hook):
         self.enabled = None not in (storage, study_name, trial)
         self.metric = "eval/episode_return"
         self._trial: Any = None
-        self._seen: Any = None
-        self._prev_frames: int | None = None
 
-    def post_steps_log(self, trainer, batch) -> None:
-        if not self.enabled:
-            return
+    def pre_steps_log(self, trainer, batch) -> None:
+        if self.enabled and self._trial is None:  # load the trial and tag the run at the first batch
+            self._guarded(self._load, trainer)
+
+    def post_eval(self, trainer, metrics: dict[str, float]) -> None:
+        if self.enabled:
+            self._guarded(self._step, trainer, metrics)
+
+    def _guarded(self, fn, *args) -> None:
         try:
-            self._step(trainer)
+            fn(*args)
         except Exception as err:  # a locked or lost study must not end a training run
             print(f"[rlrun] optuna_pruning disabled: {type(err).__name__}: {err}", file=sys.stderr)
             self.enabled = False
 
-    def _step(self, trainer) -> None:
+    def _load(self, trainer) -> None:
+        self._trial, attrs = load_trial(str(self.storage), str(self.study_name), int(self.number))
+        self.metric = attrs.get("metric", self.metric)
+        self._tag(trainer, {"optuna.study": str(self.study_name), "optuna.trial": str(self.number)})
+
+    def _step(self, trainer, metrics: dict[str, float]) -> None:
         if self._trial is None:
-            self._trial, attrs = load_trial(str(self.storage), str(self.study_name), int(self.number))
-            self.metric = attrs.get("metric", self.metric)
-            self._tag(trainer, {"optuna.study": str(self.study_name), "optuna.trial": str(self.number)})
-        last = getattr(trainer.hooks.get("evaluation"), "last", None)
-        if self._prev_frames is not None and last and last is not self._seen and self.metric in last:
-            if self.report:
-                self._trial.report(float(last[self.metric]), step=self._prev_frames)
-            # a run that has done all its frames finishes: its final evaluation is the result
-            if trainer.frames < trainer.collector.total_frames and self._trial.should_prune():
-                trainer.request_stop("pruned", interrupted=False)
-                self._tag(trainer, {"optuna.pruned": "true"})
-                print(f"[rlrun] optuna trial {self.number} pruned at {self._prev_frames} frames",
-                      file=sys.stderr)
-        self._seen = last  # evaluations make a new dict: identity tells a new result
-        self._prev_frames = trainer.frames
+            self._load(trainer)
+        if self.metric not in metrics:
+            return
+        if self.report:
+            self._trial.report(float(metrics[self.metric]), step=trainer.frames)
+        # a run that has done all its frames finishes: its final evaluation is the result
+        if trainer.frames < trainer.collector.total_frames and self._trial.should_prune():
+            trainer.request_stop("pruned", interrupted=False)
+            self._tag(trainer, {"optuna.pruned": "true"})
+            print(f"[rlrun] optuna trial {self.number} pruned at {trainer.frames} frames", file=sys.stderr)
 
     @staticmethod
     def _tag(trainer, tags: dict[str, str]) -> None:

@@ -61,7 +61,9 @@ class Evaluation(Hook):
     """Evaluates every ``interval_frames`` frames and after the last batch.
 
     Logs ``eval/episode_return`` (mean), ``eval/episode_return_std`` and
-    ``eval/episodes`` with the batch's other metrics.
+    ``eval/episodes`` with the batch's other metrics, then calls the hooks'
+    ``post_eval`` with them (e.g. a pruner, which so sees each result in the
+    batch it was made).
     """
 
     def __init__(self, evaluator: Evaluator, interval_frames: int,
@@ -79,6 +81,7 @@ class Evaluation(Hook):
                      "eval/episode_return_std": float(returns.std()),
                      "eval/episodes": float(len(returns)), "eval/time_total_s": self.seconds}
         trainer.log(self.last)
+        trainer.call_hooks("post_eval", self.last)
         return self.last
 
     def post_steps_log(self, trainer, batch) -> None:

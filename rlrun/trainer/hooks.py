@@ -16,7 +16,7 @@ from rlrun.objectives.gae import gae, warm_up
 from rlrun.registry import register
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
-               "post_loss", "post_optim", "post_steps", "post_steps_log")
+               "post_loss", "post_optim", "post_steps", "post_steps_log", "post_eval")
 
 
 class Hook:
@@ -39,6 +39,9 @@ class Hook:
     def post_steps(self, trainer) -> None: ...
 
     def post_steps_log(self, trainer, batch: TensorDict) -> None: ...
+
+    def post_eval(self, trainer, metrics: dict[str, float]) -> None:
+        """After each evaluation (within ``post_steps_log``), with its ``eval/...`` metrics."""
 
     def state_dict(self) -> dict:
         return {}

@@ -16,6 +16,7 @@ points, in order::
                 post_optim()                    # target nets
         post_steps()                            # normaliser stats, schedules
         post_steps_log(batch)                   # eval, checkpoint, metrics
+            post_eval(metrics)                  # after each evaluation, from the evaluation hook
 """
 
 from __future__ import annotations
@@ -76,19 +77,19 @@ class Trainer:
         for batch in self.collector:
             self.batches += 1
             batch = self._chain("process_batch", batch)
-            self._call("pre_steps_log", batch)
+            self.call_hooks("pre_steps_log", batch)
             if self.frames >= self.learning_starts:
                 for _ in range(self.epochs_per_batch):
-                    self._call("pre_epoch", batch)
+                    self.call_hooks("pre_epoch", batch)
                     for _ in range(self.optim_steps_per_epoch):
                         sub = self._chain("process_optim_batch", batch)
                         losses = self.loss(sub)
-                        self._call("post_loss", sub, losses)
+                        self.call_hooks("post_loss", sub, losses)
                         self.optimizer.step(losses)
-                        self._call("post_optim")
+                        self.call_hooks("post_optim")
                         self.optim_steps += 1
-            self._call("post_steps")
-            self._call("post_steps_log", batch)
+            self.call_hooks("post_steps")
+            self.call_hooks("post_steps_log", batch)
             self.flush_metrics()
             if self.stop_reason:
                 break
@@ -110,7 +111,8 @@ class Trainer:
         if self.stop_reason is None:
             self.stop_reason, self.interrupted = reason, interrupted
 
-    def _call(self, point: str, *args: Any) -> None:
+    def call_hooks(self, point: str, *args: Any) -> None:
+        """Calls every hook that implements ``point`` (for hooks that raise a point of their own)."""
         for fn in self._points[point]:
             fn(self, *args)
 

@@ -45,8 +45,10 @@ def test_search_prunes_and_best_trial_reruns_from_its_saved_config(tmp_path, cap
         assert [r["frames"] < 2048 for r in runs] == [t.state == optuna.trial.TrialState.PRUNED] * 2
         if t.state == optuna.trial.TrialState.COMPLETE:  # the value: mean of the seeds' final returns
             assert t.value == pytest.approx(sum(r["eval/episode_return"] for r in runs) / 2)
-        else:
+        else:  # stopped in the batch of the evaluation that pruned it, not one batch later
             assert {r["stop_reason"] for r in runs} == {"pruned"}
+            assert all(r["frames"] % 512 == 0 for r in runs), [r["frames"] for r in runs]
+            assert max(t.intermediate_values) == max(r["frames"] for r in runs)
 
     best = OmegaConf.to_container(OmegaConf.load(sweep / "best.yaml"))
     assert best["trial"] == study.best_trial.number and best["value"] == study.best_value
@@ -94,7 +96,7 @@ def test_pruning_hook_stops_a_run_the_trial_prunes(tmp_path, capsys):
     assert code == 0, err
     summary = read_json(tmp_path / "run" / "summary.json")
     assert summary["status"] == "finished" and summary["stop_reason"] == "pruned"
-    assert summary["frames"] == 768  # evaluated at 512, reported and pruned at the next batch
+    assert summary["frames"] == 512  # evaluated, reported and pruned in the same batch
     reported = optuna.load_study(study_name="s", storage=get_storage(db)).trials[0].intermediate_values
     assert list(reported) == [512]
 
