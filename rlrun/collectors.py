@@ -90,16 +90,16 @@ class SyncCollector:
         steps = min(self.frames_per_batch, self.total_frames - self.frames) // n
         obs_buf = np.empty((n, steps, *self._obs.shape[1:]), self._obs.dtype)
         next_buf = np.empty_like(obs_buf)
-        rew_buf = np.empty((n, steps), np.float32)
+        rew_buf = np.empty((n, steps))  # float64, the env's own: episode returns are summed from it
         term_buf = np.empty((n, steps), bool)
         trunc_buf = np.empty((n, steps), bool)
-        traj_buf = np.empty((n, steps), np.int64)
+        lost_buf = np.zeros((n, steps), bool) if env.life_loss_terminal else None
         outs: dict[str, np.ndarray] = {}
-        obs = self._obs
-        on_cpu = self.device.type == "cpu"
+        obs, on_cpu, on_end = self._obs, self.device.type == "cpu", self.on_episode_end
+        random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
         with torch.inference_mode():  # entered once per batch: it is not free per step
             for t in range(steps):
-                if self.frames + t * n < self.init_random_frames:
+                if t < random_steps:
                     out = self._random_action()
                 else:
                     obs_t = torch.from_numpy(obs)
@@ -108,34 +108,62 @@ class SyncCollector:
                     if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
                         outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
                     outs[k][:, t] = v.numpy() if on_cpu else v.cpu().numpy()
-                self._obs = obs = self._env_step(t, outs, obs_buf, next_buf, rew_buf, term_buf,
-                                                 trunc_buf, traj_buf)
+                next_obs, reward, terminated, truncated, next_start = env.step(outs["action"][:, t])
+                obs_buf[:, t], next_buf[:, t] = obs, next_obs
+                rew_buf[:, t], term_buf[:, t], trunc_buf[:, t] = reward, terminated, truncated
+                if lost_buf is not None:
+                    lost_buf[:, t] = env.life_lost
+                if on_end is not None and (ended := terminated | truncated).any():
+                    on_end(ended.nonzero()[0])
+                obs = next_start
+        self._obs = obs
         self.frames += steps * n
-        return self._to_tensordict(obs_buf, next_buf, rew_buf, term_buf, trunc_buf, traj_buf, outs)
+        traj = self._track_episodes(rew_buf, term_buf | trunc_buf)
+        if lost_buf is not None:
+            term_buf |= lost_buf  # the learning signal ends at a lost life; the episode goes on
+        return self._to_tensordict(obs_buf, next_buf, rew_buf.astype(np.float32), term_buf, trunc_buf,
+                                   traj, outs)
 
-    def _env_step(self, t, outs, obs_buf, next_buf, rew_buf, term_buf, trunc_buf, traj_buf):
-        env = self.env
-        next_obs, reward, terminated, truncated, obs = env.step(outs["action"][:, t])
-        obs_buf[:, t], next_buf[:, t] = self._obs, next_obs
-        rew_buf[:, t], trunc_buf[:, t] = reward, truncated
-        term_buf[:, t] = terminated | env.life_lost if env.life_loss_terminal else terminated
-        traj_buf[:, t] = self._traj
-        self._track_episodes(reward, terminated | truncated)
-        return obs
+    def _track_episodes(self, reward: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        """Records the batch's finished episodes and returns its ``[n, T]`` trajectory ids.
 
-    def _track_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
-        self._ep_return += reward
-        self._ep_length += 1
-        if done.any():
-            idx = done.nonzero()[0]
-            self.finished_returns.extend(self._ep_return[idx].tolist())
-            self.finished_lengths.extend(self._ep_length[idx].tolist())
-            self._ep_return[idx] = 0.0
-            self._ep_length[idx] = 0
-            self._traj[idx] = self._next_traj + np.arange(len(idx))
-            self._next_traj += len(idx)
-            if self.on_episode_end is not None:
-                self.on_episode_end(idx)
+        Whole-batch array ops rather than per-step bookkeeping (which measured
+        ~10 us per step). Episodes and new trajectory ids are numbered in step
+        order, then sub-env order; returns and lengths carry across batches.
+        """
+        n, steps = ended.shape
+        cum = np.cumsum(reward, axis=1)
+        t_end, env_end = np.nonzero(ended.T)  # step order, then sub-env order
+        # each end's previous end in the same sub-env (-1: the episode began before this batch)
+        by_env = np.lexsort((t_end, env_end))
+        e, t = env_end[by_env], t_end[by_env]
+        prev = np.empty_like(t_end)
+        prev[by_env] = np.where(np.r_[False, e[1:] == e[:-1]], np.r_[-1, t[:-1]], -1)
+        first = prev < 0
+        since = np.where(first, 0.0, cum[env_end, np.maximum(prev, 0)])
+        returns = cum[env_end, t_end] - since + np.where(first, self._ep_return[env_end], 0.0)
+        lengths = t_end - prev + np.where(first, self._ep_length[env_end], 0)
+        self.finished_returns.extend(returns.tolist())
+        self.finished_lengths.extend(lengths.tolist())
+
+        last = np.full(n, -1)
+        np.maximum.at(last, env_end, t_end)
+        done = last >= 0
+        rows = np.arange(n)
+        tail = cum[:, -1] - np.where(done, cum[rows, np.maximum(last, 0)], 0.0)
+        self._ep_return = np.where(done, 0.0, self._ep_return) + tail
+        self._ep_length = np.where(done, steps - 1 - last, self._ep_length + steps)
+
+        new_ids = self._next_traj + np.arange(len(t_end))  # increasing in time, so a running max
+        self._next_traj += len(t_end)                     # carries each sub-env's current id
+        ids = np.full((n, steps), -1, np.int64)
+        ids[:, 0] = self._traj
+        inside = t_end + 1 < steps
+        ids[env_end[inside], t_end[inside] + 1] = new_ids[inside]
+        latest = np.full(n, -1, np.int64)
+        np.maximum.at(latest, env_end, new_ids)
+        self._traj = np.where(done, latest, self._traj)
+        return np.maximum.accumulate(ids, axis=1)
 
     def _to_tensordict(self, obs, next_obs, reward, terminated, truncated, traj, outs) -> TensorDict:
         n, steps = reward.shape

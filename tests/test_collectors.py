@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from fake_env import episode_return
@@ -227,3 +228,61 @@ def test_batch_straddling_init_random_frames_keeps_policy_extras(make_counter_en
     assert (td["sample_log_prob"][:, 2:] == 0.25).all()
     assert (td["sample_log_prob"][:, :2] == 0).all()  # random-action steps have no policy extras
     assert (td["action"][:, 2:] == 0).all()
+
+
+class ScriptedVecEnv:
+    """A vector env whose rewards and episode ends come from a seeded script (no gymnasium)."""
+
+    life_loss_terminal = False
+
+    def __init__(self, num_envs: int, steps: int, end_prob: float, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.num_envs = num_envs
+        self.rewards = rng.standard_normal((steps, num_envs))
+        self.ends = rng.random((steps, num_envs)) < end_prob
+        self.terminated = self.ends & (rng.random((steps, num_envs)) < 0.5)
+        self.t = 0
+
+    def reset(self, seed=None):
+        return np.zeros((self.num_envs, 1), np.float32)
+
+    def step(self, action):
+        t, self.t = self.t, self.t + 1
+        obs = np.full((self.num_envs, 1), t, np.float32)
+        return obs, self.rewards[t], self.terminated[t], self.ends[t] & ~self.terminated[t], obs
+
+
+def per_step_reference(env: ScriptedVecEnv):
+    """Episode stats and trajectory ids kept step by step, the plain way."""
+    n = env.num_envs
+    ret, length, traj, next_id = np.zeros(n), np.zeros(n, np.int64), np.arange(n), n
+    returns, lengths, traj_ids = [], [], []
+    for reward, ended in zip(env.rewards, env.ends):
+        traj_ids.append(traj.copy())
+        ret, length = ret + reward, length + 1
+        idx = ended.nonzero()[0]
+        returns += ret[idx].tolist()
+        lengths += length[idx].tolist()
+        ret[idx], length[idx] = 0.0, 0
+        traj = traj.copy()
+        traj[idx] = next_id + np.arange(len(idx))
+        next_id += len(idx)
+    return returns, lengths, np.stack(traj_ids, axis=1)
+
+
+@pytest.mark.parametrize("end_prob", [0.0, 0.15, 0.6])
+def test_batch_bookkeeping_matches_step_by_step_over_batches(end_prob):
+    """Episodes spanning batches, several ends per batch, ends on a batch's last step."""
+    env = ScriptedVecEnv(num_envs=3, steps=28, end_prob=end_prob, seed=1)
+    ended_at: list = []
+    coll = SyncCollector(env, constant_policy(0), frames_per_batch=21, total_frames=84)
+    coll.on_episode_end = lambda idx: ended_at.append(idx.tolist())
+    _, td = collect_all(coll)
+    returns, lengths = coll.pop_episode_stats()
+    ref_returns, ref_lengths, ref_traj = per_step_reference(env)
+    assert lengths == ref_lengths
+    np.testing.assert_allclose(returns, ref_returns, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(td["collector", "traj_ids"].numpy(), ref_traj)
+    assert ended_at == [row.nonzero()[0].tolist() for row in env.ends if row.any()]
+    np.testing.assert_allclose(td["next", "reward"].squeeze(-1).numpy(), env.rewards.T.astype(np.float32))
+    assert np.array_equal(td["next", "done"].squeeze(-1).numpy(), env.ends.T)
