@@ -125,8 +125,7 @@ def _configs(quick: bool) -> tuple[list[tuple[str, int, str, int, int]], list[st
         import rlrun.modules.cnn  # noqa: F401
     except ImportError as err:
         return configs, [f"Breakout skipped: {err} (pip install 'rlrun[atari]')."]
-    atari = [(1, "sync")] if quick else [(1, "sync"), (4, "sync")]
-    configs += [("ALE/Breakout-v5", n, v, 1, 100 if quick else 200) for n, v in atari]
+    configs += [("ALE/Breakout-v5", n, v, 1, 100 if quick else 200) for n, v in shapes]
     return configs, ["Breakout: rlrun's atari env (DeepMind preprocessing, uint8 [4, 84, 84], "
                      "fire_reset) and actor_critic_cnn; one batch of 200 frames per rep (100 with --quick) "
                      "(the CNN is slow on CPU)."]
