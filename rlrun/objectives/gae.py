@@ -9,9 +9,10 @@ therefore bootstraps from the value of its real last state.
 On CPU the recursion runs in a numba kernel (``_gae_kernel.py``). No torch op
 computes a masked linear recurrence, and a Python loop over time costs one op
 dispatch per step: on the paper's Table 4 workload (1000 x 1000 steps) the
-kernel measured 4-6x faster than a numpy reverse loop and 1.3-2.8x faster than
-a plain numba loop (see ``python -m rlrun.benchmarks gae``). It accumulates in float64, so float32
-inputs give advantages within ~1e-6 of a float64 reference. Other devices, or
+kernel measured 4.8-6.7x faster than a numpy reverse loop (median 5.9 over 15
+runs) and 1.3-2.9x faster than a plain numba loop (``python -m rlrun.benchmarks
+gae``). It accumulates in float64, so float32 inputs give advantages within
+~1e-6 of a float64 reference. Other devices, or
 a machine without numba, use a torch loop over time.
 """
 
