@@ -286,3 +286,15 @@ def test_batch_bookkeeping_matches_step_by_step_over_batches(end_prob):
     assert ended_at == [row.nonzero()[0].tolist() for row in env.ends if row.any()]
     np.testing.assert_allclose(td["next", "reward"].squeeze(-1).numpy(), env.rewards.T.astype(np.float32))
     assert np.array_equal(td["next", "done"].squeeze(-1).numpy(), env.ends.T)
+
+
+@pytest.mark.parametrize(("make", "told"), [("make_ou", True), ("make_gaussian", False)])
+def test_only_noise_with_episode_state_is_told_of_episode_ends(make_counter_env, make, told):
+    """OU noise resets per sub-env at an episode end; Gaussian noise has no such state to reset."""
+    import rlrun.exploration as exploration
+
+    env = make_counter_env(2, continuous=True, terminate_at=[3, 4])
+    actor = ConstActor(0.0, 0.0)
+    noise = getattr(exploration, make)(actor, env.spec, env.num_envs)
+    coll = make_sync_collector(env, actor, 8, 8, exploration=noise)
+    assert (coll.on_episode_end is not None) == told

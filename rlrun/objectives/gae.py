@@ -12,8 +12,8 @@ dispatch per step: on the paper's Table 4 workload (1000 x 1000 steps) the
 kernel measured 4.8-6.7x faster than a numpy reverse loop (median 5.9 over 15
 runs) and 1.3-2.9x faster than a plain numba loop (``python -m rlrun.benchmarks
 gae``). It accumulates in float64, so float32 inputs give advantages within
-~1e-6 of a float64 reference. Other devices, or
-a machine without numba, use a torch loop over time.
+~1e-6 of a float64 reference. Other devices, or a machine without numba, use
+a torch loop over time.
 """
 
 from __future__ import annotations
