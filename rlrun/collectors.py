@@ -231,13 +231,6 @@ def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: int,
                           fix="use null or sign")
     collector = SyncCollector(env, policy, frames_per_batch, total_frames, init_random_frames,
                               reward_scale, reward_clip, seed, device)
-    # only noise with per-episode state (OU) is told of episode ends: the check costs every step
-    if explore and exploration is not None and _overrides(exploration, "on_episode_end"):
-        collector.on_episode_end = exploration.on_episode_end
+    if explore and exploration is not None:
+        collector.on_episode_end = exploration.on_episode_end  # None unless the noise has episode state
     return collector
-
-
-def _overrides(obj: object, method: str) -> bool:
-    from rlrun.exploration import Exploration
-
-    return getattr(type(obj), method) is not getattr(Exploration, method, None)

@@ -9,6 +9,9 @@ counter is saved with checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -42,8 +45,9 @@ class Exploration(Hook):
     def perturb(self, action: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def on_episode_end(self, env_index) -> None:
-        """Called by the collector with the indices of sub-envs whose episode ended."""
+    # Noise with per-episode state defines ``on_episode_end(env_index)``, which the collector
+    # calls with the sub-envs whose episode ended; None spares every other run that check per step.
+    on_episode_end: Callable[[np.ndarray], None] | None = None
 
     def state_dict(self) -> dict:
         return {"frames": self.frames}

@@ -55,8 +55,6 @@ class OptunaPruning(Hook):
         self._tag(trainer, {"optuna.study": str(self.study_name), "optuna.trial": str(self.number)})
 
     def _step(self, trainer, metrics: dict[str, float]) -> None:
-        if self._trial is None:
-            self._load(trainer)
         if self.metric not in metrics:
             return
         if self.report:
