@@ -18,7 +18,7 @@ import torch
 
 from rlrun.errors import CheckpointError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart
 
 
 def save(state: dict[str, Any], path: str | Path) -> None:

@@ -3,7 +3,8 @@
 The per-step loop touches only numpy arrays and the actor's tensors: each
 step writes into arrays allocated once per batch, and a TensorDict is built
 once per batch (zero-copy over those arrays). Episode returns are tracked here
-from the env's raw rewards, before any reward transform, so that logged and
+from the env's raw rewards, before the env's learning-signal transforms
+(``GymVecEnv.learning_reward``, ``learning_terminal``), so that logged and
 evaluated returns are the environment's own (unscaled, unclipped).
 """
 
@@ -20,7 +21,7 @@ from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
 from rlrun.registry import register
 
-Policy = Callable[[Tensor], dict[str, Tensor]]
+PolicyFn = Callable[[Tensor], dict[str, Tensor]]
 
 
 class SyncCollector:
@@ -33,8 +34,6 @@ class SyncCollector:
         total_frames: Frames to collect in all; the last batch is shortened so
             that exactly this many are collected (rounded up to ``num_envs``).
         init_random_frames: Leading frames with uniform random actions.
-        reward_scale: Multiplies rewards (the learning signal only).
-        reward_clip: ``"sign"`` clips learning rewards to {-1, 0, 1}.
         seed: Seeds the envs and the random-action generator.
         device: Where batches are put.
 
@@ -46,9 +45,8 @@ class SyncCollector:
         [torch.Size([2, 4]), torch.Size([2, 4])]
     """
 
-    def __init__(self, env: GymVecEnv, policy: Policy, frames_per_batch: int, total_frames: int,
-                 init_random_frames: int = 0, reward_scale: float = 1.0,
-                 reward_clip: str | None = None, seed: int = 0, device: str = "cpu"):
+    def __init__(self, env: GymVecEnv, policy: PolicyFn, frames_per_batch: int, total_frames: int,
+                 init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):
         n = env.num_envs
         if frames_per_batch % n:
             raise ConfigError(f"{frames_per_batch} frames per batch do not split over {n} envs",
@@ -57,7 +55,7 @@ class SyncCollector:
         self.env, self.policy, self.device = env, policy, torch.device(device)
         self.frames_per_batch, self.init_random_frames = frames_per_batch, init_random_frames
         self.total_frames = -(-total_frames // n) * n
-        self.reward_scale, self.reward_clip, self.seed = reward_scale, reward_clip, seed
+        self.seed = seed
         self.frames = 0
         self._next_traj = n
         self._traj = np.arange(n)
@@ -93,7 +91,7 @@ class SyncCollector:
         rew_buf = np.empty((n, steps))  # float64, the env's own: episode returns are summed from it
         term_buf = np.empty((n, steps), bool)
         trunc_buf = np.empty((n, steps), bool)
-        lost_buf = np.zeros((n, steps), bool) if env.life_loss_terminal else None
+        lost_buf = np.zeros((n, steps), bool) if env.learning_terminal is not None else None
         outs: dict[str, np.ndarray] = {}
         obs, on_cpu, on_end = self._obs, self.device.type == "cpu", self.on_episode_end
         random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
@@ -112,7 +110,7 @@ class SyncCollector:
                 obs_buf[:, t], next_buf[:, t] = obs, next_obs
                 rew_buf[:, t], term_buf[:, t], trunc_buf[:, t] = reward, terminated, truncated
                 if lost_buf is not None:
-                    lost_buf[:, t] = env.life_lost
+                    lost_buf[:, t] = env.learning_terminal
                 if on_end is not None and (ended := terminated | truncated).any():
                     on_end(ended.nonzero()[0])
                 obs = next_start
@@ -120,7 +118,7 @@ class SyncCollector:
         self.frames += steps * n
         traj = self._track_episodes(rew_buf, term_buf | trunc_buf)
         if lost_buf is not None:
-            term_buf |= lost_buf  # the learning signal ends at a lost life; the episode goes on
+            term_buf |= lost_buf  # the learning signal ends there (Atari: a lost life); the episode goes on
         return self._to_tensordict(obs_buf, next_buf, rew_buf.astype(np.float32), term_buf, trunc_buf,
                                    traj, outs)
 
@@ -167,11 +165,7 @@ class SyncCollector:
 
     def _to_tensordict(self, obs, next_obs, reward, terminated, truncated, traj, outs) -> TensorDict:
         n, steps = reward.shape
-        reward_t = torch.from_numpy(reward).unsqueeze(-1)
-        if self.reward_clip == "sign":
-            reward_t = reward_t.sign()
-        if self.reward_scale != 1.0:
-            reward_t = reward_t * self.reward_scale
+        reward_t = self.env.learning_reward(torch.from_numpy(reward).unsqueeze(-1))
         term_t = torch.from_numpy(terminated).unsqueeze(-1)
         trunc_t = torch.from_numpy(truncated).unsqueeze(-1)
         td = TensorDict(
@@ -210,27 +204,17 @@ def _np_dtype(t: Tensor) -> np.dtype:
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: int,
-                        total_frames: int, init_random_frames: int = 0,
-                        reward_scale: float = 1.0, reward_clip: str | None = None,
-                        explore: bool = True, exploration=None, seed: int = 0,
+def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: int, total_frames: int,
+                        init_random_frames: int = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.
 
-    Acts with the exploration component if there is one, else with the
-    actor's own sampling; ``explore: false`` uses the deterministic policy.
+    Acts with the policy's behaviour: its exploration component if it has
+    one, else the actor's own sampling; ``explore: false`` uses the
+    deterministic policy.
     """
-    if explore and exploration is not None:
-        policy = exploration
-    elif explore and actor.explore is not None:
-        policy = actor.explore
-    else:
-        policy = lambda obs: {"action": actor.act(obs)}  # noqa: E731
-    if reward_clip not in (None, "sign"):
-        raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="collector.reward_clip",
-                          fix="use null or sign")
-    collector = SyncCollector(env, policy, frames_per_batch, total_frames, init_random_frames,
-                              reward_scale, reward_clip, seed, device)
-    if explore and exploration is not None:
-        collector.on_episode_end = exploration.on_episode_end  # None unless the noise has episode state
+    collector = SyncCollector(env, policy.behaviour(explore), frames_per_batch, total_frames,
+                              init_random_frames, seed, device)
+    if explore and policy.exploration is not None:
+        collector.on_episode_end = policy.exploration.on_episode_end  # None unless the noise has state
     return collector

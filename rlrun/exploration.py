@@ -1,7 +1,8 @@
 """Exploration for deterministic policies: Gaussian, Ornstein-Uhlenbeck, epsilon-greedy.
 
 An exploration component wraps the actor's deterministic action for data
-collection only; evaluation calls ``actor.act`` and so never explores.
+collection only (it is the ``Policy``'s behaviour when set); evaluation calls
+``Policy.act`` and so never explores.
 Schedules advance per collected frame (the component counts its own calls),
 so annealing over 1000 frames means 1000 frames whatever the batch size; the
 counter is saved with checkpoints.
@@ -18,11 +19,10 @@ from torch import Tensor
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.registry import register
-from rlrun.trainer.hooks import Hook
 
 
-class Exploration(Hook):
-    """Base: a linear epsilon schedule and a frame counter."""
+class Exploration:
+    """Base: a linear epsilon schedule and a frame counter (saved with checkpoints)."""
 
     def __init__(self, actor, num_envs: int, eps_init: float = 1.0, eps_end: float = 1.0,
                  annealing_frames: int = 0):

@@ -126,16 +126,36 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
         if "name" not in node:
             raise ConfigError(f"no component named for {kind}", key=f"{key}.name",
                               fix=f"set {key}.name to a registered {kind} or give {key}._target_")
-        factory = lookup(kind, node.pop("name"), key=f"{key}.name").factory
-    kwargs = check_kwargs(factory, node, key)
+        name = node.pop("name")
+        factory = lookup(kind, name, key=f"{key}.name").factory
+        extra = {"registered_as": name, **extra}
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    kwargs.update({k: v for k, v in extra.items() if takes_any or k in params})
+    supplied = {k: v for k, v in extra.items() if takes_any or k in params}
+    for k in node:
+        if k in supplied:  # rlrun passes these in: a config value here would be silently overridden
+            raise ConfigError(f"{k!r} is not set here", key=f"{key}.{k}",
+                              fix=SUPPLIED_FIX.get(k, f"remove {key}.{k}: rlrun supplies it"))
+    kwargs = check_kwargs(factory, node, key, hidden=set(supplied))
+    kwargs.update(supplied)
     return factory(**kwargs)
 
 
-def check_kwargs(factory: Callable, node: dict, key: str) -> dict:
-    """Checks config keys and value types against ``factory``'s signature."""
+# Where to set what rlrun passes to factories instead of the component's own node.
+SUPPLIED_FIX = {
+    "gamma": "the discount is one top-level key for every algorithm: set gamma=... instead",
+    "seed": "set the top-level seed=... instead",
+    "total_frames": "set the top-level total_frames=... instead",
+    "device": "set the top-level device=... instead",
+    "registered_as": "pick the component with name=... instead",
+}
+
+
+def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = frozenset()) -> dict:
+    """Checks config keys and value types against ``factory``'s signature.
+
+    ``hidden``: parameters rlrun supplies, left out of the options an error lists.
+    """
     sig = inspect.signature(factory)
     params = sig.parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -144,7 +164,7 @@ def check_kwargs(factory: Callable, node: dict, key: str) -> dict:
                 raise ConfigError(
                     f"unknown option {name!r}.{did_you_mean(name, params)}",
                     key=f"{key}.{name}",
-                    fix=f"valid options are: {', '.join(p for p in params if p != 'self')}",
+                    fix=f"valid options are: {', '.join(p for p in params if p not in ('self', *hidden))}",
                 )
     try:
         hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory)

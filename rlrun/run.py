@@ -1,4 +1,4 @@
-"""Builds a run from its resolved config and trains it, resuming if it can.
+"""The run lifecycle: validate, build (``rlrun.build``), resume, train, save, summarise.
 
 The run directory holds ``config.yaml`` (resolved), ``checkpoint.pt``,
 ``summary.json`` and, with ``logger=csv``, ``metrics.csv``.
@@ -17,11 +17,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import checkpoint
+from rlrun.build import Run, build_run, resolve_device
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
 from rlrun.tracking import Progress
-from rlrun.trainer.evaluation import Evaluation, Evaluator
-from rlrun.trainer.hooks import Hook, LinearLR, TrainStats
+from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 
 CHECKPOINT = "checkpoint.pt"
@@ -46,6 +46,10 @@ def validate(cfg: DictConfig) -> None:
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"must be null or an integer >= 1, got {threads!r}", key="threads",
                           fix="e.g. threads=1")
+    gamma = cfg.get("gamma")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"the discount must be a number in [0, 1], got {gamma!r}", key="gamma",
+                          fix="e.g. gamma=0.99")
     _positive(cfg, "total_frames")
     fpb = _positive(cfg, "collector.frames_per_batch")
     for key in ("trainer.epochs_per_batch", "eval.episodes"):
@@ -56,65 +60,19 @@ def validate(cfg: DictConfig) -> None:
         if OmegaConf.select(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     if cfg.get("buffer") is not None:
-        capacity = _positive(cfg, "buffer.capacity")
-        if capacity < fpb:
-            raise ConfigError(f"the buffer ({capacity}) cannot hold one batch of {fpb} frames",
-                              key="buffer.capacity",
-                              fix=f"set buffer.capacity >= {fpb} or lower collector.frames_per_batch")
+        capacity = cfg.buffer.get("capacity")
+        if capacity is not None:
+            capacity = _positive(cfg, "buffer.capacity")
+            if capacity < fpb:
+                raise ConfigError(f"the buffer ({capacity}) cannot hold one batch of {fpb} frames",
+                                  key="buffer.capacity",
+                                  fix=f"set buffer.capacity >= {fpb} or lower collector.frames_per_batch")
         batch = _positive(cfg, "buffer.batch_size")
-        if cfg.buffer.get("sampler") == "without_replacement" and batch > capacity:
-            raise ConfigError(f"minibatches of {batch} do not fit in the {capacity} frames of a batch",
+        if cfg.buffer.get("sampler") == "without_replacement" and batch > (capacity or fpb):
+            raise ConfigError(f"minibatches of {batch} do not fit in the {capacity or fpb} frames of a batch",
                               key="buffer.batch_size",
-                              fix=f"set buffer.batch_size <= {capacity} or raise collector.frames_per_batch")
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {device!r}", key="device",
-                          fix="use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("CUDA is not available here", key="device", fix="use device=cpu or auto")
-    return dev
-
-
-class Checkpointing(Hook):
-    """Saves a checkpoint every ``interval_frames``; ``train`` saves once more when the loop ends."""
-
-    def __init__(self, save, interval_frames: int):
-        self.save, self.interval, self.next_at = save, interval_frames, interval_frames
-
-    def post_steps_log(self, trainer, batch) -> None:
-        if self.interval > 0 and trainer.frames >= self.next_at:
-            # the loop's last batch is saved by train() right after the loop: not twice
-            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason:
-                self.save()
-            while self.next_at <= trainer.frames:
-                self.next_at += self.interval
-
-    def state_dict(self) -> dict:
-        return {"next_at": self.next_at}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.next_at = int(state["next_at"])
-
-
-class ProgressHook(Hook):
-    def __init__(self, progress: Progress, stats: TrainStats):
-        self.progress, self.stats = progress, stats
-
-    def post_steps_log(self, trainer, batch) -> None:
-        info = {}
-        if self.stats.recent_returns:
-            info["return"] = sum(self.stats.recent_returns) / len(self.stats.recent_returns)
-        if "time/fps" in trainer._metrics:
-            info["fps"] = trainer._metrics["time/fps"]
-        if "eval/episode_return" in trainer._metrics:
-            info["eval"] = trainer._metrics["eval/episode_return"]
-        self.progress.update(trainer.frames, info)
+                              fix=f"set buffer.batch_size <= {capacity or fpb} or raise "
+                              "collector.frames_per_batch")
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
@@ -159,37 +117,17 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     state = checkpoint.load(ckpt_path) if ckpt_path else None
     torch.manual_seed(cfg.seed)
 
-    env = build("env", cfg.env)
-    models = build("model", cfg.model, spec=env.spec).to(device)
-    loss = build("loss", cfg.loss, models=models, spec=env.spec).to(device)
-    optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
-    exploration = build("exploration", cfg.exploration, actor=models.actor, spec=env.spec,
-                        num_envs=env.num_envs) if cfg.get("exploration") else None
-    collector = build("collector", cfg.collector, env=env, actor=models.actor, exploration=exploration,
-                      total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
-    buffer = build("buffer", cfg.buffer, seed=cfg.seed, device=str(device), run_dir=run_dir
-                   ) if cfg.get("buffer") else None
-    hooks: dict[str, Hook] = {name: build("hook", node, key=f"hooks.{name}")
-                              for name, node in (cfg.get("hooks") or {}).items() if node}
-    if exploration is not None:
-        hooks["exploration"] = exploration  # saved and restored with the other hooks
-    if optimizer.lr_schedule == "linear":
-        hooks["linear_lr"] = LinearLR()
-    stats = hooks["train_stats"] = TrainStats()
-    eval_env = build("env", {**OmegaConf.to_container(cfg.env, resolve=True),
-                             "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}, key="env")
-    evaluation = hooks["evaluation"] = Evaluation(
-        Evaluator(eval_env, cfg.eval.episodes, seed=cfg.seed + 1_000_003, device=str(device)),
-        cfg.eval.interval_frames, cfg.eval.get("target_return"))
+    run = build_run(cfg, run_dir, device)
+    policy, loss, optimizer, hooks = run.policy, run.loss, run.optimizer, run.hooks
+    collector, buffer = run.collector, run.buffer
     hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.interval_frames)
     if state is not None:
-        _restore(state, loss, optimizer, collector, buffer, hooks, ckpt_path)
+        _restore(state, run, ckpt_path)
         if collector.frames >= collector.total_frames and (run_dir / "summary.json").exists():
             print(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
                   "raise total_frames to train on, or use resume=false to start afresh",
                   file=sys.stderr)
-            env.close()
-            eval_env.close()
+            run.close()
             return json.loads((run_dir / "summary.json").read_text())
 
     run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
@@ -203,29 +141,32 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.log_artifact(config_file)
     progress = Progress(collector.total_frames, collector.frames, cfg.progress)
+    stats = hooks["train_stats"]
     hooks["progress"] = ProgressHook(progress, stats)
-    trainer = Trainer(collector, loss, optimizer, hooks, cfg.trainer.epochs_per_batch,
-                      cfg.trainer.optim_steps_per_epoch, cfg.trainer.learning_starts, buffer, logger)
+    trainer = Trainer(collector, loss, optimizer, hooks, run.epochs_per_batch,
+                      run.optim_steps_per_epoch, run.learning_starts, buffer, logger, policy=policy,
+                      provided=run.provided)
     if state is not None:
         trainer.optim_steps, trainer.batches = int(state["optim_steps"]), int(state["batches"])
         trainer.elapsed_before = float(state["wall_time"])
 
     def save() -> None:
-        keep_buffer = buffer is not None and (
-            cfg.checkpoint.buffer is True or (cfg.checkpoint.buffer == "auto" and
-                                              buffer.nbytes() <= cfg.checkpoint.max_buffer_mb * 2**20))
+        keep_buffer = cfg.checkpoint.buffer is True or (
+            cfg.checkpoint.buffer == "auto" and buffer.nbytes() <= cfg.checkpoint.max_buffer_mb * 2**20)
         checkpoint.save({
             "frames": trainer.frames, "optim_steps": trainer.optim_steps,
             "batches": trainer.batches, "wall_time": trainer.wall_time,
             "loss": loss.state_dict(), "optimizer": optimizer.state_dict(),
             "collector": collector.state_dict(),
             "buffer": buffer.state_dict() if keep_buffer else None,
+            "exploration": policy.exploration.state_dict() if policy.exploration is not None else None,
             "hooks": {k: h.state_dict() for k, h in hooks.items()},
             "rng": checkpoint.rng_state(), "mlflow_run_id": logger.run_id,
             "config": OmegaConf.to_yaml(cfg, resolve=True),
         }, run_dir / CHECKPOINT)
 
     status = "FAILED"
+    evaluation = hooks["evaluation"]
     previous = _install_stop_handlers(trainer)
     try:
         trainer.train()
@@ -250,8 +191,7 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         if status != "FAILED":
             logger.log_artifact(run_dir / "summary.json")
         logger.finish(status)
-        env.close()
-        eval_env.close()
+        run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
     return summary
@@ -262,14 +202,16 @@ def _paper_tags(cfg: DictConfig) -> dict[str, str]:
     return {f"paper.{k}": str(v) for k, v in paper.items()} if paper else {}
 
 
-def _restore(state, loss, optimizer, collector, buffer, hooks, path) -> None:
+def _restore(state: dict, run: Run, path: Path) -> None:
     try:
-        loss.load_state_dict(state["loss"])
-        optimizer.load_state_dict(state["optimizer"])
-        collector.load_state_dict(state["collector"])
-        if buffer is not None and state.get("buffer") is not None:
-            buffer.load_state_dict(state["buffer"])
-        for name, hook in hooks.items():
+        run.loss.load_state_dict(state["loss"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.collector.load_state_dict(state["collector"])
+        if state.get("buffer") is not None:
+            run.buffer.load_state_dict(state["buffer"])
+        if run.policy.exploration is not None:
+            run.policy.exploration.load_state_dict(state["exploration"])
+        for name, hook in run.hooks.items():
             if name in state["hooks"]:
                 hook.load_state_dict(state["hooks"][name])
         checkpoint.set_rng_state(state["rng"])

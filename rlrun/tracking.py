@@ -32,6 +32,8 @@ class Logger:
 
     def log_artifact(self, path: str | Path) -> None: ...
 
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+
     def finish(self, status: str = "FINISHED") -> None: ...
 
 
@@ -86,6 +88,10 @@ class MLflowLogger(Logger):
 
     def log_artifact(self, path: str | Path) -> None:
         self.client.log_artifact(self.run_id, str(path))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, v)
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status)

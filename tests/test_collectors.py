@@ -9,6 +9,7 @@ from fake_env import episode_return
 
 from rlrun.collectors import SyncCollector, make_sync_collector
 from rlrun.errors import ConfigError
+from rlrun.policy import Policy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -150,8 +151,8 @@ def test_random_box_actions_lie_in_the_policy_range(make_counter_env):
 
 
 def test_reward_scale_changes_only_the_learning_reward(make_counter_env):
-    env = make_counter_env(2, terminate_at=[3, 4])
-    coll = SyncCollector(env, constant_policy(0), frames_per_batch=14, total_frames=14, reward_scale=0.5)
+    env = make_counter_env(2, terminate_at=[3, 4], reward_scale=0.5)
+    coll = SyncCollector(env, constant_policy(0), frames_per_batch=14, total_frames=14)
     td = coll.collect()
     raw = -(td["observation"][..., 0] + 1)  # action 0 pays -(step + 1)
     torch.testing.assert_close(td["next", "reward"].squeeze(-1), 0.5 * raw)
@@ -163,9 +164,8 @@ def test_reward_scale_changes_only_the_learning_reward(make_counter_env):
 
 
 def test_sign_reward_clip_changes_only_the_learning_reward(make_counter_env):
-    env = make_counter_env(2, terminate_at=[3, 4])
-    coll = make_sync_collector(env, ConstActor(0), frames_per_batch=8, total_frames=8,
-                               reward_clip="sign")
+    env = make_counter_env(2, terminate_at=[3, 4], reward_clip="sign")
+    coll = make_sync_collector(env, Policy(ConstActor(0)), frames_per_batch=8, total_frames=8)
     td = coll.collect()
     assert torch.equal(td["next", "reward"], -torch.ones(2, 4, 1))
     returns, lengths = coll.pop_episode_stats()
@@ -174,13 +174,13 @@ def test_sign_reward_clip_changes_only_the_learning_reward(make_counter_env):
 
 def test_unknown_reward_clip_raises_config_error(make_counter_env):
     with pytest.raises(ConfigError) as info:
-        make_sync_collector(make_counter_env(2), ConstActor(0), 8, 8, reward_clip="tanh")
-    assert info.value.key == "collector.reward_clip"
+        make_counter_env(2, reward_clip="tanh")
+    assert info.value.key == "env.reward_clip"
 
 
 @pytest.mark.parametrize(("explore", "expected"), [(True, 1), (False, 0)])
 def test_factory_explore_switch_picks_explore_or_act(make_counter_env, explore, expected):
-    coll = make_sync_collector(make_counter_env(2), ConstActor(1, 0), 4, 4, explore=explore)
+    coll = make_sync_collector(make_counter_env(2), Policy(ConstActor(1, 0)), 4, 4, explore=explore)
     assert (coll.collect()["action"] == expected).all()
 
 
@@ -233,7 +233,11 @@ def test_batch_straddling_init_random_frames_keeps_policy_extras(make_counter_en
 class ScriptedVecEnv:
     """A vector env whose rewards and episode ends come from a seeded script (no gymnasium)."""
 
-    life_loss_terminal = False
+    learning_terminal = None
+
+    @staticmethod
+    def learning_reward(reward):
+        return reward
 
     def __init__(self, num_envs: int, steps: int, end_prob: float, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -295,6 +299,7 @@ def test_only_noise_with_episode_state_is_told_of_episode_ends(make_counter_env,
 
     env = make_counter_env(2, continuous=True, terminate_at=[3, 4])
     actor = ConstActor(0.0, 0.0)
-    noise = getattr(exploration, make)(actor, env.spec, env.num_envs)
-    coll = make_sync_collector(env, actor, 8, 8, exploration=noise)
+    policy = Policy(actor)
+    policy.exploration = getattr(exploration, make)(actor, env.spec, env.num_envs)
+    coll = make_sync_collector(env, policy, 8, 8)
     assert (coll.on_episode_end is not None) == told

@@ -10,6 +10,8 @@ from rlrun.errors import ConfigError
 from rlrun.registry import build, check_kwargs, entries, lookup, register
 from rlrun.trainer.hooks import GAE, TargetUpdate
 
+TARGETS = type("LossWithTargets", (), {"has_targets": True})()
+
 
 @pytest.fixture
 def isolated_registry(monkeypatch):
@@ -59,10 +61,11 @@ def test_type_error_names_the_key():
     assert info.value.key == "hooks.gae.gamma"
     assert "expected float, got 'abc'" in info.value.message
     with pytest.raises(ConfigError) as info:
-        build("hook", {"name": "target_update", "every": 1.5})
-    assert info.value.key == "hook.every"
+        build("hook", {"name": "target_update", "interval_updates": 1.5}, loss=TARGETS)
+    assert info.value.key == "hook.interval_updates"
     with pytest.raises(ConfigError):
-        build("hook", {"name": "target_update", "every": True})  # a bool is not an int
+        # a bool is not an int
+        build("hook", {"name": "target_update", "interval_updates": True}, loss=TARGETS)
 
 
 def test_numbers_written_as_strings_are_accepted():
@@ -70,7 +73,7 @@ def test_numbers_written_as_strings_are_accepted():
     assert isinstance(hook, GAE)
     assert hook.gamma == pytest.approx(3e-4) and isinstance(hook.gamma, float)
     assert hook.lmbda == 1.0 and isinstance(hook.lmbda, float)
-    every = build("hook", {"name": "target_update", "every": "1e1"}).every
+    every = build("hook", {"name": "target_update", "interval_updates": "1e1"}, loss=TARGETS).interval
     assert every == 10 and isinstance(every, int)
 
 
@@ -89,16 +92,17 @@ def test_lists_and_optionals_are_checked():
 
 
 def test_build_accepts_dictconfig_and_passes_only_accepted_extras():
-    hook = build("hook", OmegaConf.create({"name": "target_update", "every": 3}), spec="ignored")
-    assert isinstance(hook, TargetUpdate) and hook.every == 3
+    hook = build("hook", OmegaConf.create({"name": "target_update", "interval_updates": 3}), spec="ignored",
+                 loss=TARGETS)
+    assert isinstance(hook, TargetUpdate) and hook.interval == 3
 
 
 def test_target_escape_hatch_builds_an_importable_callable():
-    hook = build("hook", {"_target_": "rlrun.trainer.hooks.make_target_update", "name": "x", "every": "4"},
-                 key="hooks.custom")
-    assert isinstance(hook, TargetUpdate) and hook.every == 4
-    hook = build("hook", {"_target_": "rlrun.trainer.hooks.TargetUpdate", "every": 5})  # a class
-    assert isinstance(hook, TargetUpdate) and hook.every == 5
+    hook = build("hook", {"_target_": "rlrun.trainer.hooks.make_target_update", "name": "x",
+                          "interval_updates": "4"}, loss=TARGETS, key="hooks.custom")
+    assert isinstance(hook, TargetUpdate) and hook.interval == 4
+    hook = build("hook", {"_target_": "rlrun.trainer.hooks.TargetUpdate", "interval_updates": 5})  # a class
+    assert isinstance(hook, TargetUpdate) and hook.interval == 5
     with pytest.raises(ConfigError) as info:
         build("hook", {"_target_": "rlrun.trainer.hooks.NoSuchHook"}, key="hooks.custom")
     assert info.value.key == "hooks.custom._target_"
@@ -111,8 +115,8 @@ def test_target_escape_hatch_builds_an_importable_callable():
 
 
 def test_target_class_options_are_type_checked_like_functions():
-    hook = build("hook", {"_target_": "rlrun.trainer.hooks.TargetUpdate", "every": "4"})
-    assert hook.every == 4 and isinstance(hook.every, int)
+    hook = build("hook", {"_target_": "rlrun.trainer.hooks.TargetUpdate", "interval_updates": "4"})
+    assert hook.interval == 4 and isinstance(hook.interval, int)
     with pytest.raises(ConfigError) as info:
         build("hook", {"_target_": "rlrun.trainer.hooks.GAE", "gamma": "abc"}, key="hooks.custom")
     assert info.value.key == "hooks.custom.gamma"

@@ -71,7 +71,7 @@ def test_mujoco_and_async_envs(tmp_path, capsys):
                            tmp_path, capsys)
     assert code == 0, err
     state = torch.load(next(tmp_path.glob("runs/**/checkpoint.pt")), weights_only=True)
-    assert state["loss"]["models.normalizer.count"] > 500  # statistics saved with the run
+    assert state["loss"]["policy.normalizer.count"] > 500  # statistics saved with the run
     assert state["collector"]["frames"] == 512
 
 

@@ -2,7 +2,7 @@
 
 Q-learning on replayed transitions with a target network, Huber loss, and
 epsilon-greedy exploration (``conf/exploration/epsilon_greedy.yaml``). The
-target network is copied every ``hooks.target_update.every`` steps (``tau: 1``)
+target network is copied every ``hooks.target_update.interval_updates`` steps (``tau: 1``)
 or polyak-averaged (``tau < 1``).
 """
 
@@ -12,39 +12,47 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
-from rlrun.modules.models import Models
 from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.policy import Policy
 from rlrun.registry import register
 
 
-class DQNLoss(nn.Module):
-    """TD loss of ``Q(s, a)`` against ``r + gamma * Q_target(s', a*)``.
+@register("loss", "dqn")
+class DQNLoss(Loss):
+    """DQN / Double DQN: TD loss of ``Q(s, a)`` against ``r + gamma * Q_target(s', a*)``.
 
     Args:
-        models: ``critic(obs) -> [B, num_actions]`` Q-values.
-        gamma: Discount.
+        policy: ``critic(obs) -> [B, num_actions]`` Q-values (a greedy actor over it).
+        gamma: Discount (the run's top-level ``gamma``).
         double: ``a*`` is the online network's argmax (Double DQN), else the target's.
         loss: ``huber`` (smooth L1, as in the Nature paper's error clipping) or ``l2``.
         tau: Target update rate per ``update_targets`` call (1.0: hard copy).
     """
 
-    def __init__(self, models: Models, gamma: float = 0.99, double: bool = True,
-                 loss: str = "huber", tau: float = 1.0):
-        super().__init__()
-        self.models, self.gamma, self.double, self.loss, self.tau = models, gamma, double, loss, tau
-        self.target_critic = target_copy(models.critic)
+    action_spaces = ("discrete",)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    has_targets = True
+
+    def __init__(self, policy: Policy, gamma: float, double: bool = True, loss: str = "huber",
+                 tau: float = 1.0):
+        super().__init__(policy)
+        if loss not in ("huber", "l2"):
+            raise ConfigError(f"unknown loss {loss!r}", key="loss.loss", fix="use huber or l2")
+        self.gamma, self.double, self.loss, self.tau = gamma, double, loss, tau
+        self.target_critic = target_copy(policy.critic)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        return {"critic": list(self.models.critic.parameters())}
+        return {"critic": list(self.policy.critic.parameters())}
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        q_all = self.models.critic(td["observation"])
+        q_all = self.policy.critic(td["observation"])
         q = q_all.gather(-1, td["action"].long().unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
             next_obs = td["next", "observation"]
             next_target = self.target_critic(next_obs)
-            chooser = self.models.critic(next_obs) if self.double else next_target
+            chooser = self.policy.critic(next_obs) if self.double else next_target
             best = chooser.argmax(-1, keepdim=True)
             not_terminal = (~td["next", "terminated"]).squeeze(-1).float()
             target = td["next", "reward"].squeeze(-1) + self.gamma * not_terminal * (
@@ -60,13 +68,5 @@ class DQNLoss(nn.Module):
                 "td_error": (q - target).detach().abs()}
 
     def update_targets(self) -> None:
-        polyak_update(self.target_critic, self.models.critic, self.tau)
+        polyak_update(self.target_critic, self.policy.critic, self.tau)
 
-
-@register("loss", "dqn")
-def make_dqn_loss(models: Models, gamma: float = 0.99, double: bool = True, loss: str = "huber",
-                  tau: float = 1.0) -> DQNLoss:
-    """DQN / Double DQN TD loss with a target network (Huber or L2)."""
-    if loss not in ("huber", "l2"):
-        raise ConfigError(f"unknown loss {loss!r}", key="loss.loss", fix="use huber or l2")
-    return DQNLoss(models, gamma, double, loss, tau)

@@ -11,19 +11,21 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
-from rlrun.modules.models import Models
+from rlrun.policy import Policy
 from rlrun.registry import register
 
 
-class PPOLoss(nn.Module):
-    """The PPO-clip loss.
+@register("loss", "ppo")
+class PPOLoss(Loss):
+    """PPO-clip: surrogate objective + critic_coef * value loss - entropy_coef * entropy.
 
     Reads ``observation``, ``action``, ``sample_log_prob`` (from collection),
     ``advantage`` and ``value_target`` (from GAE).
 
     Args:
-        models: ``actor`` and a V ``critic``.
+        policy: An ``actor`` and a V ``critic``.
         clip_epsilon: Ratio clip range.
         entropy_coef: Weight of the entropy bonus.
         critic_coef: Weight of the value loss.
@@ -31,19 +33,23 @@ class PPOLoss(nn.Module):
         critic_loss: ``"l2"`` (0.5 * squared error) or ``"smooth_l1"``.
     """
 
-    def __init__(self, models: Models, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
+    on_policy = True
+    reads = ("observation", "action", "sample_log_prob", "advantage", "value_target")
+
+    def __init__(self, policy: Policy, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
                  critic_coef: float = 0.5, normalize_advantage: bool = True,
                  critic_loss: str = "l2"):
-        super().__init__()
-        self.models = models
+        super().__init__(policy)
+        if critic_loss not in ("l2", "smooth_l1"):
+            raise ConfigError(f"unknown critic_loss {critic_loss!r}", key="loss.critic_loss",
+                              fix="use l2 or smooth_l1")
+        if policy.critic is None:
+            raise ConfigError("PPO needs a value critic", key="model.name", fix="use model=actor_critic")
         self.clip_epsilon, self.entropy_coef, self.critic_coef = clip_epsilon, entropy_coef, critic_coef
         self.normalize_advantage, self.critic_loss = normalize_advantage, critic_loss
 
-    def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        return {"all": list(self.models.parameters())}
-
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        actor, critic = self.models.actor, self.models.critic
+        actor, critic = self.policy.actor, self.policy.critic
         obs, adv = td["observation"], td["advantage"]
         dist = actor.dist(obs)
         log_prob = dist.log_prob(td["action"])
@@ -71,15 +77,3 @@ class PPOLoss(nn.Module):
             "clip_fraction": clip_fraction,
         }
 
-
-@register("loss", "ppo")
-def make_ppo_loss(models: Models, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
-                  critic_coef: float = 0.5, normalize_advantage: bool = True,
-                  critic_loss: str = "l2") -> PPOLoss:
-    """PPO-clip: surrogate objective + critic_coef * value loss - entropy_coef * entropy."""
-    if critic_loss not in ("l2", "smooth_l1"):
-        raise ConfigError(f"unknown critic_loss {critic_loss!r}", key="loss.critic_loss",
-                          fix="use l2 or smooth_l1")
-    if models.critic is None:
-        raise ConfigError("PPO needs a value critic", key="model.name", fix="use model=actor_critic")
-    return PPOLoss(models, clip_epsilon, entropy_coef, critic_coef, normalize_advantage, critic_loss)

@@ -17,8 +17,10 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.modules.models import Models
+from rlrun.contracts import Loss
+from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.policy import Policy
 from rlrun.registry import register
 
 
@@ -35,36 +37,42 @@ def frozen(module: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-class SACLoss(nn.Module):
-    """SAC losses for the critic, the actor and the temperature.
+@register("loss", "sac")
+class SACLoss(Loss):
+    """SAC: twin-Q TD loss, reparameterised actor loss, learned temperature.
 
     Args:
-        models: ``actor`` (tanh_normal) and ``critic`` (TwinQCritic).
-        gamma: Discount.
+        policy: A tanh_normal ``actor`` and a ``TwinQCritic``.
+        spec: The env's spec (the default target entropy is ``-action_dim``).
+        gamma: Discount (the run's top-level ``gamma``).
         tau: Polyak rate of the target critic (paper's 0.995 "polyak" is 1 - tau).
         init_alpha: Initial temperature.
         target_entropy: Target policy entropy; ``None`` means ``-action_dim``.
         learn_alpha: Learn the temperature (else fixed at ``init_alpha``).
     """
 
-    def __init__(self, models: Models, action_dim: int, gamma: float = 0.99, tau: float = 0.005,
+    action_spaces = ("continuous",)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    has_targets = True
+
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: float = 0.005,
                  init_alpha: float = 1.0, target_entropy: float | None = None,
                  learn_alpha: bool = True):
-        super().__init__()
-        self.models, self.gamma, self.tau = models, gamma, tau
-        self.target_critic = target_copy(models.critic)
+        super().__init__(policy)
+        self.gamma, self.tau = gamma, tau
+        self.target_critic = target_copy(policy.critic)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=learn_alpha)
-        self.target_entropy = -float(action_dim) if target_entropy is None else target_entropy
+        self.target_entropy = -float(spec.action_dim) if target_entropy is None else target_entropy
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        groups = {"actor": list(self.models.actor.parameters()),
-                  "critic": list(self.models.critic.parameters())}
+        groups = {"actor": list(self.policy.actor.parameters()),
+                  "critic": list(self.policy.critic.parameters())}
         if self.log_alpha.requires_grad:
             groups["alpha"] = [self.log_alpha]
         return groups
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        actor, critic = self.models.actor, self.models.critic
+        actor, critic = self.policy.actor, self.policy.critic
         obs, action = td["observation"], td["action"]
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
@@ -96,12 +104,5 @@ class SACLoss(nn.Module):
         }
 
     def update_targets(self) -> None:
-        polyak_update(self.target_critic, self.models.critic, self.tau)
+        polyak_update(self.target_critic, self.policy.critic, self.tau)
 
-
-@register("loss", "sac")
-def make_sac_loss(models: Models, spec, gamma: float = 0.99, tau: float = 0.005,
-                  init_alpha: float = 1.0, target_entropy: float | None = None,
-                  learn_alpha: bool = True) -> SACLoss:
-    """SAC: twin-Q TD loss, reparameterised actor loss, learned temperature."""
-    return SACLoss(models, spec.action_dim, gamma, tau, init_alpha, target_entropy, learn_alpha)

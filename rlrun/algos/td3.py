@@ -16,42 +16,59 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.algos.sac import frozen
+from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
-from rlrun.modules.models import Models
 from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.policy import Policy
 from rlrun.registry import register
 
 
-class TD3Loss(nn.Module):
-    """Deterministic actor-critic losses (TD3; DDPG with ``policy_delay=1, target_noise=0``).
+@register("loss", "td3")
+class TD3Loss(Loss):
+    """TD3: clipped double-Q, target policy smoothing, delayed actor updates.
 
     The actor loss is returned only on every ``policy_delay``-th call; the
-    optimiser then leaves the actor untouched on the other steps.
+    optimiser then leaves the actor untouched on the other steps, and
+    ``update_targets`` moves the targets only after a step that updated the
+    actor (Fujimoto et al.: targets move with the actor). The delay is counted
+    here alone, so the ``target_update`` hook runs after every step.
 
     Args:
-        models: Deterministic ``actor`` and a ``TwinQCritic`` (one or two Q nets).
-        gamma: Discount.
+        policy: A deterministic ``actor`` and a ``TwinQCritic`` (one or two Q nets).
+        gamma: Discount (the run's top-level ``gamma``).
         tau: Polyak rate of the target actor and critic.
         policy_delay: Critic updates per actor update.
         target_noise: Std of the target policy smoothing noise (0: none).
         noise_clip: Clip of that noise.
     """
 
-    def __init__(self, models: Models, gamma: float = 0.99, tau: float = 0.005,
-                 policy_delay: int = 2, target_noise: float = 0.2, noise_clip: float = 0.5):
-        super().__init__()
-        self.models, self.gamma, self.tau = models, gamma, tau
+    action_spaces = ("continuous",)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    has_targets = True
+
+    def __init__(self, policy: Policy, gamma: float, tau: float = 0.005, policy_delay: int = 2,
+                 target_noise: float = 0.2, noise_clip: float = 0.5):
+        super().__init__(policy)
+        if policy.head != "deterministic":
+            raise ConfigError(f"{type(self).__name__[:-4]} needs a deterministic actor",
+                              key="model.head", fix="set model.head=deterministic")
+        self.gamma, self.tau = gamma, tau
         self.policy_delay, self.target_noise, self.noise_clip = policy_delay, target_noise, noise_clip
-        self.target_actor = target_copy(models.actor)
-        self.target_critic = target_copy(models.critic)
+        self.target_actor = target_copy(policy.actor)
+        self.target_critic = target_copy(policy.critic)
         self.calls = 0
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        return {"actor": list(self.models.actor.parameters()),
-                "critic": list(self.models.critic.parameters())}
+        return {"actor": list(self.policy.actor.parameters()),
+                "critic": list(self.policy.critic.parameters())}
+
+    @property
+    def actor_step(self) -> bool:
+        """Whether the last ``forward`` returned the actor loss (every ``policy_delay``-th call)."""
+        return self.calls % self.policy_delay == 0
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        actor, critic = self.models.actor, self.models.critic
+        actor, critic = self.policy.actor, self.policy.critic
         obs = td["observation"]
         with torch.no_grad():
             next_obs = td["next", "observation"]
@@ -70,14 +87,15 @@ class TD3Loss(nn.Module):
         out = {"loss_critic": sq.mean(-1).sum(), "q_value": q.detach().mean(),
                "td_error": td_error.detach().abs().max(0).values}
         self.calls += 1
-        if self.calls % self.policy_delay == 0:
+        if self.actor_step:
             with frozen(critic):
                 out["loss_actor"] = -critic(obs, actor.act(obs))[0].mean()
         return out
 
     def update_targets(self) -> None:
-        polyak_update(self.target_actor, self.models.actor, self.tau)
-        polyak_update(self.target_critic, self.models.critic, self.tau)
+        if self.actor_step:
+            polyak_update(self.target_actor, self.policy.actor, self.tau)
+            polyak_update(self.target_critic, self.policy.critic, self.tau)
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"calls": self.calls}
@@ -86,24 +104,14 @@ class TD3Loss(nn.Module):
         self.calls = int(state["calls"])
 
 
-def _check(models: Models, name: str) -> None:
-    if models.actor.head != "deterministic":
-        raise ConfigError(f"{name} needs a deterministic actor", key="model.head",
-                          fix="set model.head=deterministic")
-
-
-@register("loss", "td3")
-def make_td3_loss(models: Models, gamma: float = 0.99, tau: float = 0.005, policy_delay: int = 2,
-                  target_noise: float = 0.2, noise_clip: float = 0.5) -> TD3Loss:
-    """TD3: clipped double-Q, target policy smoothing, delayed actor updates."""
-    _check(models, "td3")
-    return TD3Loss(models, gamma, tau, policy_delay, target_noise, noise_clip)
-
-
 @register("loss", "ddpg")
-def make_ddpg_loss(models: Models, gamma: float = 0.99, tau: float = 0.005) -> TD3Loss:
-    """DDPG: deterministic policy gradient through one Q network, polyak targets."""
-    _check(models, "ddpg")
-    if len(models.critic.weights[0]) != 1:
-        raise ConfigError("DDPG uses one Q network", key="model.num_q", fix="set model.num_q=1")
-    return TD3Loss(models, gamma, tau, policy_delay=1, target_noise=0.0)
+class DDPGLoss(TD3Loss):
+    """DDPG: deterministic policy gradient through one Q network, polyak targets.
+
+    TD3 without its three changes: one critic, no delay, no target smoothing.
+    """
+
+    def __init__(self, policy: Policy, gamma: float, tau: float = 0.005):
+        super().__init__(policy, gamma, tau, policy_delay=1, target_noise=0.0)
+        if len(policy.critic.weights[0]) != 1:
+            raise ConfigError("DDPG uses one Q network", key="model.num_q", fix="set model.num_q=1")

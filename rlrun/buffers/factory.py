@@ -14,11 +14,16 @@ SAMPLERS = ("uniform", "without_replacement", "prioritized")
 
 
 @register("buffer", "replay")
-def make_replay_buffer(capacity: int, batch_size: int, sampler: str = "uniform",
+def make_replay_buffer(capacity: int | None, batch_size: int, sampler: str = "uniform",
                        storage: str = "ram", scratch_dir: str | None = None, alpha: float = 0.6,
                        beta: float = 0.4, device: str = "cpu", seed: int = 0,
                        run_dir: Path | None = None) -> ReplayBuffer:
-    """Replay buffer in RAM or on disk (memmap): uniform, without-replacement or prioritized."""
+    """Replay buffer in RAM or on disk (memmap): uniform, without-replacement or prioritized.
+
+    ``capacity: null`` is for on-policy minibatches: the builder sets it to one collected batch.
+    """
+    if capacity is None:
+        raise ConfigError("needs a capacity", key="buffer.capacity", fix="set buffer.capacity, e.g. 1000000")
     if capacity <= 0 or batch_size <= 0:
         key = "buffer.capacity" if capacity <= 0 else "buffer.batch_size"
         raise ConfigError("must be a positive integer", key=key, fix=f"set {key} to e.g. 1000000")

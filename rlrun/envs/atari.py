@@ -8,12 +8,13 @@ stay uint8 through the env, the collector and the buffers (4x less memory than
 float32); the CNN models convert and scale them on the device.
 
 A lost life is a terminal for learning only (``terminal_on_life_loss``): the
-env reports ``info["lives"]``, ``GymVecEnv`` turns a drop into ``life_lost``
-and the collector marks that step terminated in the batch, while the game,
-its episode return and the sub-env itself go on to game over (which is why
-``AtariPreprocessing`` runs with its own ``terminal_on_life_loss=False``).
-Rewards stay raw here; configs clip them with ``collector.reward_clip=sign``,
-so that logged and evaluated returns are game scores.
+env reports ``info["lives"]``, ``AtariVecEnv`` turns a drop into its
+``learning_terminal`` and the collector marks that step terminated in the
+batch, while the game, its episode return and the sub-env itself go on to game
+over (which is why ``AtariPreprocessing`` runs with its own
+``terminal_on_life_loss=False``). Learning rewards are clipped to their sign
+(``reward_clip: sign`` in the presets); logged and evaluated returns stay
+game scores.
 
 Budgets: rlrun counts one frame per step of one sub-env, i.e. per AGENT step.
 With frame skip 4 one agent step is 4 emulator frames, so the paper's
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
@@ -80,6 +82,32 @@ class FireOnLifeStart(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class AtariVecEnv(GymVecEnv):
+    """A ``GymVecEnv`` that can report lost lives as learning-only terminals.
+
+    Args:
+        terminal_on_life_loss: After each step, ``learning_terminal`` marks the
+            sub-envs that lost a life without the game ending.
+        **kwargs: As ``GymVecEnv``.
+    """
+
+    def __init__(self, *args: Any, terminal_on_life_loss: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.terminal_on_life_loss = terminal_on_life_loss
+        self._lives: np.ndarray | None = None
+        if terminal_on_life_loss:
+            self.learning_terminal = np.zeros(self.num_envs, dtype=bool)
+
+    def _after_step(self, info: dict, done: np.ndarray) -> None:
+        # Learning treats a lost life as terminal (DeepMind's Atari set-up) while
+        # the game, its episode return and the env itself go on.
+        if self.terminal_on_life_loss:
+            lives = np.asarray(info["lives"])
+            self.learning_terminal = ((lives < self._lives) & ~done if self._lives is not None
+                                      else np.zeros(self.num_envs, dtype=bool))
+            self._lives = lives
+
+
 def atari_wrappers(noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
                    grayscale: bool = True, frame_stack: int = 4,
                    fire_reset: bool = False) -> list[Callable[[gym.Env], gym.Env]]:
@@ -113,7 +141,8 @@ def make_atari_env(
     repeat_action_probability: float = 0.0,
     full_action_space: bool = False,
     fire_reset: bool = False,
-) -> GymVecEnv:
+    reward_clip: str | None = None,
+) -> AtariVecEnv:
     """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.
 
     Args:
@@ -138,6 +167,8 @@ def make_atari_env(
         full_action_space: All 18 actions instead of the game's minimal set.
         fire_reset: Press FIRE after reset and each lost life (see
             ``FireOnLifeStart``); for games that wait for it, e.g. Breakout.
+        reward_clip: ``"sign"``: learning rewards clipped to {-1, 0, 1} (DeepMind's
+            set-up, in every Atari preset); returns are logged unclipped.
     """
     try:
         import ale_py
@@ -154,6 +185,6 @@ def make_atari_env(
                    "full_action_space": full_action_space,
                    "max_num_frames_per_episode": max_episode_steps}
     wrappers = atari_wrappers(noop_max, frame_skip, screen_size, grayscale, frame_stack, fire_reset)
-    return GymVecEnv(id, num_envs, vectorization, max_episode_steps=None, rescale_actions=False,
-                     clip_actions=False, extra_wrappers=wrappers, make_kwargs=make_kwargs,
-                     life_loss_terminal=terminal_on_life_loss)
+    return AtariVecEnv(id, num_envs, vectorization, max_episode_steps=None, rescale_actions=False,
+                       clip_actions=False, extra_wrappers=wrappers, make_kwargs=make_kwargs,
+                       reward_clip=reward_clip, terminal_on_life_loss=terminal_on_life_loss)

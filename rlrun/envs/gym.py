@@ -10,10 +10,14 @@ action) and bootstrapping through truncation sees the real last state.
 Per-sub-env transforms use gymnasium's own wrappers: float64 -> float32
 (``DtypeObservation``), action rescaling to [-1, 1] (``RescaleAction``) and
 clipping (``ClipAction``), the time limit, and later Atari preprocessing.
-Observation normalisation lives in the networks (``ObservationNormalizer``),
-reward scaling in the collector: both then act identically on observations,
-final observations and evaluation, which an observation wrapper cannot do for
-``info["final_obs"]``.
+Observation normalisation lives in the networks (``ObservationNormalizer``):
+it then acts identically on observations, final observations and evaluation,
+which an observation wrapper cannot do for ``info["final_obs"]``.
+
+Env quirks that change only the learning signal live here too, applied by the
+collector once per batch: reward clipping and scaling (``learning_reward``)
+and learning-only terminals such as Atari's lost lives (``learning_terminal``,
+set by ``rlrun.envs.atari``). Logged and evaluated returns stay the env's own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from torch import Tensor
 
 from rlrun.errors import ConfigError
 from rlrun.registry import register
@@ -94,8 +99,12 @@ class GymVecEnv:
         clip_actions: Box actions are clipped to the bounds (Normal policies).
         extra_wrappers: More per-sub-env wrappers, applied after the above.
         make_kwargs: Extra keyword arguments for ``gymnasium.make``.
-        life_loss_terminal: Read ``info["lives"]`` and expose ``life_lost`` after
-            each step, for the collector to mark learning-only terminals.
+        reward_clip: ``"sign"`` clips learning rewards to {-1, 0, 1} (DeepMind's Atari set-up).
+        reward_scale: Multiplies learning rewards.
+
+    Attributes:
+        learning_terminal: None, or after each step a bool array of sub-envs whose
+            step ends the learning signal but not the episode (set by subclasses).
 
     Examples:
         >>> env = GymVecEnv("Pendulum-v1", num_envs=2)
@@ -113,17 +122,20 @@ class GymVecEnv:
         clip_actions: bool = True,
         extra_wrappers: list[Callable] | None = None,
         make_kwargs: dict[str, Any] | None = None,
-        life_loss_terminal: bool = False,
+        reward_clip: str | None = None,
+        reward_scale: float = 1.0,
     ):
         if vectorization not in ("sync", "async"):
             raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
                               fix="use env.vectorization=sync or env.vectorization=async")
         _check_id(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
+        if reward_clip not in (None, "sign"):
+            raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="env.reward_clip",
+                              fix="use null or sign")
         self.id, self.num_envs = id, num_envs
-        self.life_loss_terminal = life_loss_terminal
-        self.life_lost = np.zeros(num_envs, dtype=bool)
-        self._lives: np.ndarray | None = None
+        self.reward_clip, self.reward_scale = reward_clip, reward_scale
+        self.learning_terminal: np.ndarray | None = None
         try:
             self.env = gym.make_vec(
                 id, num_envs=num_envs, vectorization_mode=vectorization,
@@ -156,8 +168,7 @@ class GymVecEnv:
             observation where an episode ended, else ``next_obs`` itself).
         """
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if self.life_loss_terminal:
-            self._note_life_loss(info, terminated | truncated)
+        self._after_step(info, terminated | truncated)
         next_obs = obs
         if "_final_obs" in info:  # only on steps where some episode ended
             mask = info["_final_obs"]
@@ -165,12 +176,16 @@ class GymVecEnv:
             next_obs[mask] = np.stack(info["final_obs"][mask])
         return next_obs, reward, terminated, truncated, obs
 
-    def _note_life_loss(self, info: dict, done: np.ndarray) -> None:
-        # Learning treats a lost life as terminal (DeepMind's Atari set-up) while
-        # the game, its episode return and the env itself go on.
-        lives = np.asarray(info["lives"])
-        self.life_lost = (lives < self._lives) & ~done if self._lives is not None else lives < 0
-        self._lives = lives
+    def _after_step(self, info: dict, done: np.ndarray) -> None:
+        """Subclasses read the step's info here (e.g. lives); plain envs have nothing to do."""
+
+    def learning_reward(self, reward: Tensor) -> Tensor:
+        """The learning signal of a batch of raw rewards (clipped and/or scaled)."""
+        if self.reward_clip == "sign":
+            reward = reward.sign()
+        if self.reward_scale != 1.0:
+            reward = reward * self.reward_scale
+        return reward
 
     def close(self) -> None:
         self.env.close()
@@ -210,7 +225,9 @@ def make_gym_env(
     rescale_actions: bool = True,
     clip_actions: bool = True,
     make_kwargs: dict | None = None,
+    reward_clip: str | None = None,
+    reward_scale: float = 1.0,
 ) -> GymVecEnv:
     """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset."""
     return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
-                     clip_actions, None, make_kwargs)
+                     clip_actions, None, make_kwargs, reward_clip, reward_scale)

@@ -67,7 +67,5 @@ class OptunaPruning(Hook):
 
     @staticmethod
     def _tag(trainer, tags: dict[str, str]) -> None:
-        client, run_id = getattr(trainer.logger, "client", None), getattr(trainer.logger, "run_id", None)
-        if client is not None and run_id is not None:
-            for k, v in tags.items():
-                client.set_tag(run_id, k, v)
+        if trainer.logger is not None:
+            trainer.logger.set_tags(tags)

@@ -22,8 +22,9 @@ from torch import Tensor, nn
 
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
-from rlrun.modules.models import GreedyPolicy, Models, QNetwork
+from rlrun.modules.models import GreedyActor, QNetwork
 from rlrun.modules.networks import Actor, ValueCritic
+from rlrun.policy import Policy
 from rlrun.registry import register
 
 
@@ -145,19 +146,19 @@ def _check(spec: EnvSpec, name: str) -> None:
 
 
 @register("model", "actor_critic_cnn")
-def actor_critic_cnn(spec: EnvSpec, features: int = 512, shared: bool = True) -> Models:
+def actor_critic_cnn(spec: EnvSpec, features: int = 512, shared: bool = True) -> Policy:
     """Nature-CNN actor (Categorical) and V critic sharing one trunk, for PPO/A2C on pixels."""
     _check(spec, "actor_critic_cnn")
     trunk = NatureCNN(spec.observation_shape, features)
     critic_trunk = trunk if shared else NatureCNN(spec.observation_shape, features)
-    return Models(CNNActor(trunk, spec.action_dim), CNNValueCritic(critic_trunk))
+    return Policy(CNNActor(trunk, spec.action_dim), CNNValueCritic(critic_trunk))
 
 
 @register("model", "qnet_cnn")
-def qnet_cnn(spec: EnvSpec, features: int = 512) -> Models:
+def qnet_cnn(spec: EnvSpec, features: int = 512) -> Policy:
     """Nature-DQN Q-network (``critic(obs) -> [*batch, n_actions]``) with a greedy policy, for DQN."""
     _check(spec, "qnet_cnn")
     trunk = NatureCNN(spec.observation_shape, features)
     # PyTorch's default init for the Q head, as in DQN (no policy-style small gain).
     q = QNetwork(nn.Sequential(trunk, nn.Linear(features, spec.action_dim)))
-    return Models(GreedyPolicy(q), q)
+    return Policy(GreedyActor(q), q)

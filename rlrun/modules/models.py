@@ -1,4 +1,4 @@
-"""Model factories: the networks an algorithm needs, built from the env's spec."""
+"""Model factories: the networks an algorithm needs, built from the env's spec, as a ``Policy``."""
 
 from __future__ import annotations
 
@@ -13,22 +13,8 @@ from rlrun.modules.networks import (
     ValueCritic,
     mlp,
 )
+from rlrun.policy import Policy
 from rlrun.registry import register
-
-
-class Models(nn.Module):
-    """The networks of one agent. ``actor`` acts; critics are optional.
-
-    Attributes:
-        actor: The policy.
-        critic: A ``ValueCritic`` (on-policy) or ``TwinQCritic`` (off-policy), or None.
-        normalizer: The shared observation normaliser, or None.
-    """
-
-    def __init__(self, actor: Actor, critic: nn.Module | None = None,
-                 normalizer: ObservationNormalizer | None = None):
-        super().__init__()
-        self.actor, self.critic, self.normalizer = actor, critic, normalizer
 
 
 def _obs_dim(spec: EnvSpec) -> int:
@@ -41,7 +27,7 @@ def _obs_dim(spec: EnvSpec) -> int:
 @register("model", "actor_critic")
 def actor_critic(spec: EnvSpec, hidden: list[int] = (64, 64), critic_hidden: list[int] | None = None,
                  activation: str = "tanh", normalize_observations: bool = False,
-                 init_log_std: float = 0.0, orthogonal_init: bool = True) -> Models:
+                 init_log_std: float = 0.0, orthogonal_init: bool = True) -> Policy:
     """MLP actor (Categorical or state-independent Normal) and V critic, for PPO/A2C."""
     obs_dim = _obs_dim(spec)
     norm = ObservationNormalizer(spec.observation_shape) if normalize_observations else None
@@ -50,13 +36,13 @@ def actor_critic(spec: EnvSpec, hidden: list[int] = (64, 64), critic_hidden: lis
                   head, spec.action_dim, norm, init_log_std)
     critic = ValueCritic(mlp(obs_dim, list(critic_hidden or hidden), 1, activation, 1.0,
                              orthogonal_init), norm)
-    return Models(actor, critic, norm)
+    return Policy(actor, critic, norm)
 
 
 @register("model", "actor_twin_q")
 def actor_twin_q(spec: EnvSpec, hidden: list[int] = (256, 256), critic_hidden: list[int] | None = None,
                  activation: str = "relu", head: str = "tanh_normal",
-                 normalize_observations: bool = False, num_q: int = 2) -> Models:
+                 normalize_observations: bool = False, num_q: int = 2) -> Policy:
     """MLP actor (TanhNormal or deterministic) and twin Q critic, for SAC/TD3/DDPG (num_q=1)."""
     if spec.discrete:
         raise ConfigError("actor_twin_q needs a continuous action space", key="model.name",
@@ -70,10 +56,10 @@ def actor_twin_q(spec: EnvSpec, hidden: list[int] = (256, 256), critic_hidden: l
     actor = Actor(mlp(obs_dim, list(hidden), out, activation), head, spec.action_dim, norm)
     critic = TwinQCritic(obs_dim, spec.action_dim, list(critic_hidden or hidden), activation, norm,
                          num_q)
-    return Models(actor, critic, norm)
+    return Policy(actor, critic, norm)
 
 
-class GreedyPolicy(nn.Module):
+class GreedyActor(nn.Module):
     """Acts greedily on a Q-network: ``act(obs) = argmax_a Q(obs, a)``."""
 
     head = "greedy"
@@ -102,11 +88,11 @@ class QNetwork(nn.Module):
 
 @register("model", "qnet")
 def qnet(spec: EnvSpec, hidden: list[int] = (120, 84), activation: str = "relu",
-         normalize_observations: bool = False) -> Models:
+         normalize_observations: bool = False) -> Policy:
     """MLP Q-network over discrete actions with a greedy policy, for DQN."""
     if not spec.discrete:
         raise ConfigError("qnet needs a discrete action space", key="model.name",
                           fix="use a continuous-action algorithm (sac, td3, ddpg) for this env")
     norm = ObservationNormalizer(spec.observation_shape) if normalize_observations else None
     q = QNetwork(mlp(_obs_dim(spec), list(hidden), spec.action_dim, activation), norm)
-    return Models(GreedyPolicy(q), q, norm)
+    return Policy(GreedyActor(q), q, norm)

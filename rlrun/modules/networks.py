@@ -123,6 +123,11 @@ class Actor(nn.Module):
         correction = (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return action, d.log_prob(u) - correction
 
+    @property
+    def explore_keys(self) -> tuple[str, ...]:
+        """What ``explore`` returns: on-policy heads add the log-probability the loss reads."""
+        return ("action", "sample_log_prob") if self.head in ("categorical", "normal") else ("action",)
+
     def explore(self, obs: Tensor) -> dict[str, Tensor]:
         """Acting for collection: a sampled action (plus its log-prob when on-policy)."""
         if self.head == "deterministic":

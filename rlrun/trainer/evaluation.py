@@ -75,7 +75,7 @@ class Evaluation(Hook):
 
     def run(self, trainer) -> dict[str, float]:
         start = time.perf_counter()
-        returns = self.evaluator.evaluate(trainer.loss.models.actor.act)
+        returns = self.evaluator.evaluate(trainer.policy.act)
         self.seconds += time.perf_counter() - start
         self.last = {"eval/episode_return": float(returns.mean()),
                      "eval/episode_return_std": float(returns.std()),

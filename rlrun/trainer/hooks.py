@@ -1,11 +1,21 @@
 """Hooks: small named callables at the loop's hook points.
 
 A hook subclasses ``Hook`` and implements any of the point methods; each takes
-the trainer first. Hooks with state implement ``state_dict`` and
-``load_state_dict``, which checkpoints collect automatically.
+the trainer first and reaches the other components through it (``policy``,
+``loss``, ``optimizer``, ``buffer``, ``collector``, ``logger``). Hooks with
+state implement ``state_dict`` and ``load_state_dict``, which checkpoints
+collect automatically.
+
+A hook declares what it needs instead of relying on its place in the config:
+``io()`` names the batch keys it reads and writes at each point, and
+``after`` names hooks it must follow. ``rlrun.trainer.wiring`` orders the hooks
+of each point from these declarations and turns an impossible order or a
+missing producer into a ``ConfigError`` that names both hooks.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -18,9 +28,21 @@ from rlrun.registry import register
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
                "post_loss", "post_optim", "post_steps", "post_steps_log", "post_eval")
 
+IO = dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
+
 
 class Hook:
-    """Base class: override the hook points you need."""
+    """Base class: override the hook points you need.
+
+    Attributes:
+        after: Names of hooks that must run before this one at every point both use.
+    """
+
+    after: ClassVar[tuple[str, ...]] = ()
+
+    def io(self) -> IO:
+        """Batch keys read and written, by point: ``{point: (reads, writes)}`` (dotted nested keys)."""
+        return {}
 
     def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
         return batch
@@ -49,19 +71,24 @@ class Hook:
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class Replay(Hook):
-    """Feeds the replay buffer and samples optimisation batches from it.
+class BufferFeed(Hook):
+    """Feeds the buffer and samples optimisation batches from it (wired by the builder).
 
-    ``on_policy``: each epoch the buffer is refilled with the (re-estimated)
-    batch and minibatches are drawn without replacement. ``off_policy``: each
-    collected batch is appended and batches are sampled from all stored data.
+    On-policy (the loss declares ``on_policy``): each epoch the buffer is
+    refilled with the (re-estimated) batch and minibatches are drawn without
+    replacement. Off-policy: each collected batch is appended and batches are
+    sampled from all stored data.
+
+    Args:
+        on_policy: From the loss's declaration.
+        stores: The keys the loss reads: they must be in the batch when it is stored.
     """
 
-    def __init__(self, mode: str = "off_policy"):
-        if mode not in ("on_policy", "off_policy"):
-            raise ConfigError(f"unknown replay mode {mode!r}", key="hooks.replay.mode",
-                              fix="use on_policy or off_policy")
-        self.on_policy = mode == "on_policy"
+    def __init__(self, on_policy: bool, stores: tuple[str, ...] = ()):
+        self.on_policy, self.stores = on_policy, tuple(stores)
+
+    def io(self) -> IO:
+        return {"pre_epoch" if self.on_policy else "process_batch": (self.stores, ())}
 
     def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
         if not self.on_policy:
@@ -81,26 +108,38 @@ class Replay(Hook):
             trainer.buffer.update_priority(sub["index"], losses["td_error"])
 
 
+@register("hook", "gae")
 class GAE(Hook):
-    """Writes ``advantage`` and ``value_target`` into the batch with the current critic.
+    """Writes ``advantage`` and ``value_target`` into the batch with the current value critic.
 
     Run at ``pre_epoch``, so advantages are recomputed every epoch (as the
-    paper's PPO does); set ``every_epoch: false`` to compute them once per batch.
+    paper's PPO does); ``every_epoch: false`` computes them once per batch.
+    Bootstrapping stops at termination only: a truncated step bootstraps from
+    V of its true final observation.
+
+    Args:
+        gamma: Discount (the run's top-level ``gamma``).
+        lmbda: GAE's lambda (1: Monte-Carlo advantages against the critic).
+        every_epoch: Recompute with the updated critic before every epoch.
     """
 
-    def __init__(self, gamma: float = 0.99, lmbda: float = 0.95, every_epoch: bool = True):
+    def __init__(self, gamma: float, lmbda: float = 0.95, every_epoch: bool = True):
         self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
         self._done_for: int | None = None
         warm_up()  # numba's import and kernel load (~1 s) happen at build time, not in the first batch
+
+    def io(self) -> IO:
+        return {"pre_epoch": (("observation", "next.observation", "next.reward", "next.terminated",
+                               "next.done"), ("advantage", "value_target"))}
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         if not self.every_epoch and self._done_for == trainer.batches:
             return
         self._done_for = trainer.batches
-        critic = trainer.loss.models.critic
+        value_of = trainer.policy.value
         with torch.no_grad():
-            value = critic(batch["observation"])
-            next_value = critic(batch["next", "observation"])
+            value = value_of(batch["observation"])
+            next_value = value_of(batch["next", "observation"])
         adv, target = gae(batch["next", "reward"].squeeze(-1), value, next_value,
                           batch["next", "terminated"].squeeze(-1), batch["next", "done"].squeeze(-1),
                           self.gamma, self.lmbda)
@@ -109,14 +148,17 @@ class GAE(Hook):
 
 
 class TargetUpdate(Hook):
-    """Polyak-averages the loss's target networks every ``every`` optimiser steps."""
+    """Moves the loss's target networks every ``interval_updates`` optimiser steps.
 
-    def __init__(self, every: int = 1):
-        self.every, self.count = every, 0
+    How far they move is the loss's ``tau`` (1: a hard copy, as DQN's).
+    """
+
+    def __init__(self, interval_updates: int):
+        self.interval, self.count = interval_updates, 0
 
     def post_optim(self, trainer) -> None:
         self.count += 1
-        if self.count % self.every == 0:
+        if self.count % self.interval == 0:
             trainer.loss.update_targets()
 
     def state_dict(self) -> dict:
@@ -126,28 +168,32 @@ class TargetUpdate(Hook):
         self.count = int(state["count"])
 
 
+@register("hook", "observation_stats")
 class ObservationStats(Hook):
     """Updates the observation normaliser from each batch, after training on it."""
 
     def __init__(self):
         self._pending: torch.Tensor | None = None
 
+    def io(self) -> IO:
+        return {"process_batch": (("observation",), ())}
+
     def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
         self._pending = batch["observation"]
         return batch
 
     def post_steps(self, trainer) -> None:
-        norm = trainer.loss.models.normalizer
+        norm = trainer.policy.normalizer
         if norm is not None and self._pending is not None:
             norm.update(self._pending)
         self._pending = None
 
 
 class LinearLR(Hook):
-    """Anneals the optimiser's learning rates with training progress."""
+    """Anneals the optimiser's learning rates with training progress (``optim.lr_schedule=linear``)."""
 
     def post_steps(self, trainer) -> None:
-        trainer.optimizer.anneal(trainer.frames / trainer.collector.total_frames)
+        trainer.optimizer.anneal(trainer.progress)
 
 
 class TrainStats(Hook):
@@ -193,25 +239,10 @@ class TrainStats(Hook):
         trainer.log(metrics)
 
 
-@register("hook", "replay")
-def make_replay(mode: str = "off_policy") -> Replay:
-    """Extends the replay buffer with collected data and samples optimisation batches."""
-    return Replay(mode)
-
-
-@register("hook", "gae")
-def make_gae(gamma: float = 0.99, lmbda: float = 0.95, every_epoch: bool = True) -> GAE:
-    """Generalised advantage estimation with the current critic (terminated vs truncated)."""
-    return GAE(gamma, lmbda, every_epoch)
-
-
 @register("hook", "target_update")
-def make_target_update(every: int = 1) -> TargetUpdate:
-    """Soft (polyak) update of the loss's target networks after optimiser steps."""
-    return TargetUpdate(every)
-
-
-@register("hook", "observation_stats")
-def make_observation_stats() -> ObservationStats:
-    """Updates the running observation statistics from each collected batch."""
-    return ObservationStats()
+def make_target_update(loss, interval_updates: int = 1) -> TargetUpdate:
+    """Moves the loss's target networks every ``interval_updates`` optimiser steps."""
+    if not getattr(loss, "has_targets", False):
+        raise ConfigError(f"the loss {type(loss).__name__} has no target networks",
+                          key="hooks.target_update", fix="remove hooks.target_update")
+    return TargetUpdate(interval_updates)

@@ -27,30 +27,36 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlrun.trainer.hooks import HOOK_POINTS, Hook
+from rlrun.trainer.wiring import plan
 
 
 class Trainer:
     """Drives the loop and dispatches hooks.
 
-    Hooks reach the other components through the trainer: ``collector``,
-    ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
+    Hooks reach the other components through the trainer: ``policy``,
+    ``collector``, ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
 
     Args:
         collector: Iterable of batches with ``frames`` and ``total_frames``.
         loss: Module mapping a TensorDict to a dict of losses and diagnostics.
         optimizer: An ``OptimizerStep``.
-        hooks: Named hooks, called in this order at each point.
+        hooks: Named hooks in config order; each point runs them in the order
+            their declarations imply (``rlrun.trainer.wiring.plan``).
         epochs_per_batch: Passes over each batch.
         optim_steps_per_epoch: Optimiser steps per pass.
         learning_starts: No optimisation before this many frames.
         buffer: The replay buffer, if any.
         logger: Receives merged metrics once per batch.
+        policy: The acting policy (networks, normaliser), shared with the loss.
+        provided: Keys the collector's batches hold, for checking the hooks' declarations
+            (None: not checked).
     """
 
     def __init__(self, collector: Any, loss: Any, optimizer: Any, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
-                 learning_starts: int = 0, buffer: Any = None, logger: Any = None):
-        self.collector, self.loss, self.optimizer = collector, loss, optimizer
+                 learning_starts: int = 0, buffer: Any = None, logger: Any = None,
+                 policy: Any = None, provided: set[str] | None = None):
+        self.collector, self.loss, self.optimizer, self.policy = collector, loss, optimizer, policy
         self.buffer, self.logger, self.hooks = buffer, logger, hooks
         self.epochs_per_batch, self.optim_steps_per_epoch = epochs_per_batch, optim_steps_per_epoch
         self.learning_starts = learning_starts
@@ -62,12 +68,24 @@ class Trainer:
         self.stop_signal: int | None = None
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
-        self._points = {p: [getattr(h, p) for h in hooks.values()
-                            if getattr(type(h), p) is not getattr(Hook, p)] for p in HOOK_POINTS}
+        self.order = plan(hooks, provided if provided is not None else _everything(),
+                          getattr(loss, "reads", ()) if provided is not None else (),
+                          f"the loss {type(loss).__name__}")
+        self._points = {p: [getattr(hooks[n], p) for n in self.order[p]] for p in HOOK_POINTS}
 
     @property
     def frames(self) -> int:
         return self.collector.frames
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the budget done, in [0, 1] (schedules anneal with it)."""
+        return self.frames / self.collector.total_frames
+
+    @property
+    def pending_metrics(self) -> dict[str, float]:
+        """Metrics logged in this batch so far (read-only view for progress displays)."""
+        return dict(self._metrics)
 
     @property
     def wall_time(self) -> float:
@@ -120,3 +138,14 @@ class Trainer:
         for fn in self._points[point]:
             batch = fn(self, batch)
         return batch
+
+
+class _Everything(set):
+    """Stands for "every key is provided": hooks are ordered, not checked."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _everything() -> set[str]:
+    return _Everything()

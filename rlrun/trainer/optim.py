@@ -89,15 +89,22 @@ class OptimizerStep:
             o.load_state_dict(state[g])
 
 
-@register("optim", "default")
-def make_optimizer(param_groups: dict, optimizer: str = "adam", lr: float = 3e-4,
+def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: float = 3e-4,
                    max_grad_norm: float | None = None, groups: dict | None = None,
                    lr_schedule: str = "constant", eps: float = 1e-8, weight_decay: float = 0.0,
                    alpha: float | None = None) -> OptimizerStep:
-    """One optimiser (adam, adamw, rmsprop, sgd) per loss parameter group, with grad clipping."""
+    """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
+
+    Registered as ``adam``, ``adamw``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
+    (or ``optim.name=rmsprop``) picks the optimiser; the options are shared.
+    """
     kwargs: dict[str, Any] = {"weight_decay": weight_decay}
-    if optimizer != "sgd":
+    if registered_as != "sgd":
         kwargs["eps"] = eps
     if alpha is not None:
         kwargs["alpha"] = alpha
-    return OptimizerStep(param_groups, optimizer, lr, max_grad_norm, groups, lr_schedule, **kwargs)
+    return OptimizerStep(param_groups, registered_as, lr, max_grad_norm, groups, lr_schedule, **kwargs)
+
+
+for _name in OPTIMIZERS:
+    register("optim", _name)(make_optimizer)

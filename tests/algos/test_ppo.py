@@ -7,16 +7,17 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlrun.algos.ppo import PPOLoss, make_ppo_loss
+from rlrun.algos.ppo import PPOLoss
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
-from rlrun.modules.models import Models, actor_critic
+from rlrun.modules.models import actor_critic
+from rlrun.policy import Policy
 
 DISCRETE = EnvSpec((4,), np.dtype(np.float32), True, 3)
 CONTINUOUS = EnvSpec((4,), np.dtype(np.float32), False, 2)
 
 
-def collected_batch(models: Models, n: int = 32, seed: int = 0) -> TensorDict:
+def collected_batch(models: Policy, n: int = 32, seed: int = 0) -> TensorDict:
     """A batch as the collector and the GAE hook leave it, from the current policy."""
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(n, 4, generator=g)
@@ -118,10 +119,10 @@ def test_factory_validates_critic_loss_and_critic():
     torch.manual_seed(0)
     models = actor_critic(DISCRETE, hidden=[8])
     with pytest.raises(ConfigError) as info:
-        make_ppo_loss(models, critic_loss="l1")
+        PPOLoss(models, critic_loss="l1")
     assert info.value.key == "loss.critic_loss"
     with pytest.raises(ConfigError) as info:
-        make_ppo_loss(Models(models.actor))
+        PPOLoss(Policy(models.actor))
     assert info.value.key == "model.name"
-    groups = make_ppo_loss(models).param_groups()
+    groups = PPOLoss(models).param_groups()
     assert list(groups) == ["all"] and groups["all"] == list(models.parameters())

@@ -10,11 +10,13 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlrun.algos.sac import SACLoss, make_sac_loss
+from rlrun.algos.sac import SACLoss
 from rlrun.envs.gym import EnvSpec
-from rlrun.modules.models import Models, actor_twin_q
+from rlrun.modules.models import actor_twin_q
+from rlrun.policy import Policy
 
 SPEC = EnvSpec((3,), np.dtype(np.float32), False, 2)
+SPEC1 = EnvSpec((3,), np.dtype(np.float32), False, 1)
 
 
 class FixedActor(nn.Module):
@@ -50,7 +52,7 @@ def tiny_batch() -> TensorDict:
 
 
 def test_critic_target_and_loss_by_hand():
-    loss = SACLoss(Models(FixedActor(), LinearTwinQ()), action_dim=1, gamma=0.9, init_alpha=0.2)
+    loss = SACLoss(Policy(FixedActor(), LinearTwinQ()), SPEC1, gamma=0.9, init_alpha=0.2)
     out = loss(tiny_batch())
     gamma, alpha = 0.9, 0.2
     # next rows: sum(s') + a' = 3.5, -2.5, 2.5; min over c in (1, 2); log-prob 0.5 * s'[0]
@@ -78,7 +80,7 @@ def test_critic_target_and_loss_by_hand():
 
 
 def test_priority_weights_scale_squared_td_errors():
-    loss = SACLoss(Models(FixedActor(), LinearTwinQ()), action_dim=1, gamma=0.9, init_alpha=0.2)
+    loss = SACLoss(Policy(FixedActor(), LinearTwinQ()), SPEC1, gamma=0.9, init_alpha=0.2)
     td = tiny_batch()
     plain = loss(td)["loss_critic"]
     td["priority_weight"] = torch.tensor([1.0, 0.0, 0.0])
@@ -103,7 +105,7 @@ def real_models_and_batch(seed: int = 0):
 
 def test_actor_loss_reaches_actor_parameters_not_critic():
     models, td = real_models_and_batch()
-    loss = SACLoss(models, action_dim=2)
+    loss = SACLoss(models, SPEC, gamma=0.99)
     out = loss(td)
     out["loss_actor"].backward()
     assert all(p.grad is None for p in models.critic.parameters())
@@ -114,7 +116,7 @@ def test_actor_loss_reaches_actor_parameters_not_critic():
 
 def test_critic_gradient_of_the_summed_loss_comes_from_the_td_loss_only():
     models, td = real_models_and_batch()
-    loss = SACLoss(models, action_dim=2)
+    loss = SACLoss(models, SPEC, gamma=0.99)
     torch.manual_seed(1)
     out = loss(td)
     sum(v for k, v in out.items() if k.startswith("loss_")).backward()
@@ -130,7 +132,7 @@ def test_critic_gradient_of_the_summed_loss_comes_from_the_td_loss_only():
 @pytest.mark.parametrize(("target_entropy", "direction"), [(-100.0, -1), (100.0, +1)])
 def test_alpha_loss_lowers_log_alpha_when_entropy_is_above_target(target_entropy, direction):
     models, td = real_models_and_batch()
-    loss = SACLoss(models, action_dim=2, init_alpha=0.5, target_entropy=target_entropy)
+    loss = SACLoss(models, SPEC, gamma=0.99, init_alpha=0.5, target_entropy=target_entropy)
     out = loss(td)
     out["loss_alpha"].backward()
     # d/dlog_alpha of -log_alpha * (log_prob + target_entropy) = entropy - target_entropy
@@ -142,17 +144,17 @@ def test_alpha_loss_lowers_log_alpha_when_entropy_is_above_target(target_entropy
 
 def test_fixed_alpha_has_no_parameter_group():
     models, _ = real_models_and_batch()
-    fixed = SACLoss(models, action_dim=2, init_alpha=0.1, learn_alpha=False)
+    fixed = SACLoss(models, SPEC, gamma=0.99, init_alpha=0.1, learn_alpha=False)
     assert set(fixed.param_groups()) == {"actor", "critic"}
     assert fixed.log_alpha.exp().item() == pytest.approx(0.1)
-    learned = make_sac_loss(models, SPEC)
+    learned = SACLoss(models, SPEC, gamma=0.99)
     assert set(learned.param_groups()) == {"actor", "critic", "alpha"}
     assert learned.target_entropy == -2.0
 
 
 def test_update_targets_moves_target_toward_critic_by_tau():
     models, _ = real_models_and_batch()
-    loss = SACLoss(models, action_dim=2, tau=0.25)
+    loss = SACLoss(models, SPEC, gamma=0.99, tau=0.25)
     with torch.no_grad():
         for p in models.critic.parameters():
             p.add_(torch.randn_like(p))

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlrun.algos.a2c import make_a2c_loss
-from rlrun.algos.dqn import make_dqn_loss
-from rlrun.algos.td3 import make_ddpg_loss, make_td3_loss
+from rlrun.algos.a2c import A2CLoss
+from rlrun.algos.dqn import DQNLoss
+from rlrun.algos.td3 import DDPGLoss, TD3Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.trainer.optim import OptimizerStep
@@ -29,14 +29,14 @@ def transitions(obs_dim=3, action=None, terminated=None) -> TensorDict:
 
 def test_td3_target_uses_min_of_target_twins_and_stops_at_termination():
     spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
-    loss = make_td3_loss(actor_twin_q(spec, hidden=[16], head="deterministic"), target_noise=0.0)
+    loss = TD3Loss(actor_twin_q(spec, hidden=[16], head="deterministic"), gamma=0.99, target_noise=0.0)
     term = torch.tensor([[True]] * 4 + [[False]] * 4)
     td = transitions(terminated=term)
     with torch.no_grad():
         a2 = loss.target_actor.act(td["next", "observation"])
         q2 = loss.target_critic(td["next", "observation"], a2).min(0).values
         y = td["next", "reward"].squeeze(-1) + 0.99 * (~term.squeeze(-1)).float() * q2
-        q = loss.models.critic(td["observation"], td["action"])
+        q = loss.policy.critic(td["observation"], td["action"])
         expected = ((q - y) ** 2).mean(-1).sum()
     out = loss(td)
     torch.testing.assert_close(out["loss_critic"], expected)
@@ -44,42 +44,42 @@ def test_td3_target_uses_min_of_target_twins_and_stops_at_termination():
 
 def test_td3_delays_the_actor_and_ddpg_does_not():
     spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
-    td3 = make_td3_loss(actor_twin_q(spec, hidden=[16], head="deterministic"), policy_delay=2)
+    td3 = TD3Loss(actor_twin_q(spec, hidden=[16], head="deterministic"), gamma=0.99, policy_delay=2)
     td = transitions()
     has_actor = ["loss_actor" in td3(td) for _ in range(4)]
     assert has_actor == [False, True, False, True]
-    ddpg = make_ddpg_loss(actor_twin_q(spec, hidden=[16], head="deterministic", num_q=1))
+    ddpg = DDPGLoss(actor_twin_q(spec, hidden=[16], head="deterministic", num_q=1), gamma=0.99)
     assert all("loss_actor" in ddpg(td) for _ in range(3))
-    actor_before = [p.clone() for p in td3.models.actor.parameters()]
+    actor_before = [p.clone() for p in td3.policy.actor.parameters()]
     opt = OptimizerStep(td3.param_groups(), lr=1e-2)
     opt.step(td3(td))  # call 5: no actor loss -> actor unchanged
-    assert all(torch.equal(a, b) for a, b in zip(actor_before, td3.models.actor.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, td3.policy.actor.parameters()))
     opt.step(td3(td))  # call 6: actor updated
-    assert not all(torch.equal(a, b) for a, b in zip(actor_before, td3.models.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(actor_before, td3.policy.actor.parameters()))
 
 
 def test_td3_actor_loss_moves_action_uphill_on_q_without_touching_critic():
     spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
-    loss = make_td3_loss(actor_twin_q(spec, hidden=[16], head="deterministic"), policy_delay=1)
+    loss = TD3Loss(actor_twin_q(spec, hidden=[16], head="deterministic"), gamma=0.99, policy_delay=1)
     out = loss(transitions())
-    loss.models.zero_grad()
+    loss.policy.zero_grad()
     out["loss_actor"].backward()
-    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in loss.models.critic.parameters())
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in loss.models.actor.parameters())
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in loss.policy.critic.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in loss.policy.actor.parameters())
 
 
 def test_td3_call_counter_survives_a_state_dict_round_trip():
     spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
-    a = make_td3_loss(actor_twin_q(spec, hidden=[16], head="deterministic"))
+    a = TD3Loss(actor_twin_q(spec, hidden=[16], head="deterministic"), gamma=0.99)
     a(transitions())
-    b = make_td3_loss(actor_twin_q(spec, hidden=[16], head="deterministic"))
+    b = TD3Loss(actor_twin_q(spec, hidden=[16], head="deterministic"), gamma=0.99)
     b.load_state_dict(a.state_dict())
     assert b.calls == 1 and "loss_actor" in b(transitions())
 
 
 def test_dqn_double_target_and_huber_loss():
     spec = EnvSpec((3,), np.dtype(np.float32), True, 2)
-    loss = make_dqn_loss(qnet(spec, hidden=[16]), double=True)
+    loss = DQNLoss(qnet(spec, hidden=[16]), gamma=0.99, double=True)
     with torch.no_grad():  # make the target net differ from the online net
         for p in loss.target_critic.parameters():
             p.add_(0.5)
@@ -88,14 +88,14 @@ def test_dqn_double_target_and_huber_loss():
     td = transitions(action=action, terminated=term)
     with torch.no_grad():
         nxt = td["next", "observation"]
-        best = loss.models.critic(nxt).argmax(-1, keepdim=True)  # chosen by the ONLINE net
+        best = loss.policy.critic(nxt).argmax(-1, keepdim=True)  # chosen by the ONLINE net
         q2 = loss.target_critic(nxt).gather(-1, best).squeeze(-1)  # valued by the TARGET net
         y = td["next", "reward"].squeeze(-1) + 0.99 * (~term.squeeze(-1)).float() * q2
-        q = loss.models.critic(td["observation"]).gather(-1, action[:, None]).squeeze(-1)
+        q = loss.policy.critic(td["observation"]).gather(-1, action[:, None]).squeeze(-1)
         expected = torch.nn.functional.smooth_l1_loss(q, y)
     torch.testing.assert_close(loss(td)["loss_critic"], expected)
     loss.update_targets()  # tau = 1: hard copy
-    for t, s in zip(loss.target_critic.parameters(), loss.models.critic.parameters()):
+    for t, s in zip(loss.target_critic.parameters(), loss.policy.critic.parameters()):
         assert torch.equal(t, s)
 
 
@@ -110,7 +110,7 @@ def test_greedy_policy_is_argmax_q():
 def test_a2c_loss_is_the_advantage_weighted_log_prob():
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
     models = actor_critic(spec, hidden=[16])
-    loss = make_a2c_loss(models, entropy_coef=0.01, critic_coef=0.5)
+    loss = A2CLoss(models, entropy_coef=0.01, critic_coef=0.5)
     g = torch.Generator().manual_seed(1)
     obs, action = torch.randn(B, 4, generator=g), torch.randint(2, (B,), generator=g)
     adv, target = torch.randn(B, generator=g), torch.randn(B, generator=g)

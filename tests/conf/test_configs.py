@@ -5,13 +5,16 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
+from rlrun.build import build_run
 from rlrun.cli import CONF_DIR, config_groups, register_resolvers
-from rlrun.registry import build, check_kwargs, lookup
+from rlrun.registry import check_kwargs, lookup
 from rlrun.run import validate
+from rlrun.trainer.loop import Trainer
 
 GROUPS = config_groups()
 ALGOS, ENVS = GROUPS["algo"], GROUPS["env"]
@@ -34,7 +37,7 @@ def composed(*overrides: str):
 
 
 @pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
-def test_every_algo_env_pair_composes_and_builds(algo, env):
+def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
     if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
         pytest.skip(f"{algo} does not fit {env}'s action space")
     overrides = [f"algo={algo}", f"env={env}"]
@@ -42,23 +45,17 @@ def test_every_algo_env_pair_composes_and_builds(algo, env):
         pytest.importorskip("ale_py")
         pytest.importorskip("cv2")
         overrides.append(f"model={CNN_MODELS[algo]}")
-    cfg = composed(*overrides)
+    cfg = composed(*overrides, "eval.episodes=1")
     validate(cfg)
-    spec_env = build("env", cfg.env)
+    if cfg.buffer.capacity is not None:  # the real size is allocated lazily, but keep it small
+        cfg.buffer.capacity = max(1000, cfg.collector.frames_per_batch)
+    run = build_run(cfg, tmp_path, torch.device("cpu"))
     try:
-        models = build("model", cfg.model, spec=spec_env.spec)
-        loss = build("loss", cfg.loss, models=models, spec=spec_env.spec)
-        build("optim", cfg.optim, param_groups=loss.param_groups())
-        exploration = build("exploration", cfg.exploration, actor=models.actor, spec=spec_env.spec,
-                            num_envs=spec_env.num_envs) if cfg.get("exploration") else None
-        build("collector", cfg.collector, env=spec_env, actor=models.actor, exploration=exploration,
-              total_frames=cfg.total_frames)
-        if cfg.get("buffer"):
-            build("buffer", {**cfg.buffer, "capacity": 1000}, key="buffer")
-        for name, node in cfg.hooks.items():
-            build("hook", node, key=f"hooks.{name}")
+        order = Trainer(run.collector, run.loss, run.optimizer, run.hooks, policy=run.policy,
+                        provided=run.provided).order  # the hooks' declarations check out
+        assert "buffer" in order["process_optim_batch"]
     finally:
-        spec_env.close()
+        run.close()
 
 
 @pytest.mark.parametrize(("group", "option"),
@@ -85,3 +82,29 @@ def test_tuned_presets_follow_algo_env_naming():
     for option in GROUPS.get("tuned", []):
         algo, env = option.split("_", 1)
         assert algo in ALGOS and env in ENVS, option
+
+
+@pytest.mark.parametrize(("group", "option"),
+                         [(g, o) for g, opts in GROUPS.items() for o in opts
+                          if g in ("loss", "model", "optim", "exploration", "collector", "logger")])
+def test_base_presets_restate_their_factory_defaults_exactly(group, option):
+    """A default has one home, the factory's signature; a preset named after its component
+    restates it for the resolved config and the tracker, and must agree with it."""
+    import inspect
+
+    node = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
+    if node.name != option:
+        pytest.skip(f"{group}={option} is a variant of {node.name}: it states its differences")
+    params = inspect.signature(lookup(group, option).factory).parameters
+    differ = {k: (node[k], params[k].default) for k in node if k != "name"
+              and not OmegaConf.is_interpolation(node, k) and k in params
+              and params[k].default is not inspect.Parameter.empty
+              and _plain(node[k]) != _plain(params[k].default)}
+    assert not differ, f"{group}/{option}.yaml disagrees with the factory's defaults: {differ}"
+
+
+def _plain(value):
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if value == {}:  # YAML's {} keeps the node writable from the command line; None means the same
+        return None
+    return list(value) if isinstance(value, tuple) else value

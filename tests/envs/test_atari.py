@@ -57,8 +57,9 @@ def collect_random(env: GymVecEnv, until_episodes: int, frames_per_batch: int = 
                    max_batches: int = 12) -> tuple[dict, np.ndarray]:
     """Uniform random play through the collector until some episodes have finished."""
     raw = record_raw_rewards(env)
+    env.reward_clip = "sign"
     collector = SyncCollector(env, policy=None, frames_per_batch=frames_per_batch, total_frames=10**9,
-                              init_random_frames=10**9, reward_clip="sign", seed=0)
+                              init_random_frames=10**9, seed=0)
     batches, returns = [], []
     while len(returns) < until_episodes and len(batches) < max_batches:
         batches.append(collector.collect())
@@ -184,7 +185,8 @@ def test_options_reach_the_emulator(make_env):
 def test_presets_build(game):
     env = build("env", OmegaConf.load(CONF / "env" / f"{game}.yaml"), num_envs=1)
     try:
-        assert env.spec.observation_shape == (4, 84, 84) and env.life_loss_terminal
+        assert env.spec.observation_shape == (4, 84, 84) and env.terminal_on_life_loss
+        assert env.reward_clip == "sign"  # DeepMind's set-up lives with the env
         assert env.env.envs[0].unwrapped.ale.getFloat("repeat_action_probability") == 0.0
     finally:
         env.close()

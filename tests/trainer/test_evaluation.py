@@ -36,11 +36,11 @@ class Listener(Hook):
 
 def _train(interval: int, batches: int = 5):
     evaluator, listener = FramesEvaluator(), Listener()
-    loss = SimpleNamespace(models=SimpleNamespace(actor=SimpleNamespace(act=None)))
+    policy = SimpleNamespace(act=None)
     # the listener comes first, as hooks from a config do, and still sees each result in its batch
     hooks = {"listener": listener, "evaluation": Evaluation(evaluator, interval_frames=interval)}
-    trainer = Trainer(FakeCollector(batches), loss, None, hooks, epochs_per_batch=0,
-                      logger=FakeLogger())
+    trainer = Trainer(FakeCollector(batches), None, None, hooks, epochs_per_batch=0,
+                      logger=FakeLogger(), policy=policy)
     evaluator.trainer = trainer
     trainer.train()
     return trainer, listener

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from rlrun.errors import ConfigError
-from rlrun.trainer.optim import OptimizerStep, make_optimizer
+from rlrun.registry import build
+from rlrun.trainer.optim import OptimizerStep
 
 
 def two_groups():
@@ -157,8 +158,8 @@ def test_state_dict_round_trip_continues_identically():
 @pytest.mark.parametrize("name", ["adam", "adamw", "rmsprop", "sgd"])
 def test_factory_builds_each_optimizer(name):
     a, _ = two_groups()
-    opt = make_optimizer({"a": [a]}, optimizer=name, lr=0.01, weight_decay=0.0,
-                         alpha=0.9 if name == "rmsprop" else None)
+    opt = build("optim", {"name": name, "lr": 0.01, "weight_decay": 0.0,
+                          "alpha": 0.9 if name == "rmsprop" else None}, param_groups={"a": [a]})
     assert type(opt.optimizers["a"]).__name__.lower() == name
     a0 = a.detach().clone()
     opt.step({"loss_a": (a**2).sum()})

@@ -1,0 +1,79 @@
+"""The hooks every run gets, wired from the config and the components' declarations.
+
+``rlrun explain <overrides>`` prints them, per point, beside the config's own hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlrun.tracking import Progress
+from rlrun.trainer.evaluation import Evaluation, Evaluator
+from rlrun.trainer.hooks import BufferFeed, Hook, LinearLR, TrainStats
+
+
+def learning_hooks(loss: Any, optimizer: Any) -> dict[str, tuple[Hook, str]]:
+    """Hooks that come before the config's: the buffer the loss declares it learns from."""
+    mode = "on" if loss.on_policy else "off"
+    # first in config order: the keys it stores place it after the hooks that write them
+    return {"buffer": (BufferFeed(loss.on_policy, loss.reads),
+                       f"built in: {mode}-policy buffer (declared by the loss)")}
+
+
+def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any,
+                    device: str) -> dict[str, tuple[Hook, str]]:
+    """Hooks that come after the config's: LR schedule, metrics, evaluation."""
+    hooks: dict[str, tuple[Hook, str]] = {}
+    if optimizer.lr_schedule == "linear":
+        hooks["linear_lr"] = (LinearLR(), "built in: optim.lr_schedule=linear")
+    hooks["train_stats"] = (TrainStats(), "built in: metrics")
+    evaluator = Evaluator(eval_env, cfg.eval.episodes, seed=cfg.seed + 1_000_003, device=device)
+    hooks["evaluation"] = (Evaluation(evaluator, cfg.eval.interval_frames, cfg.eval.get("target_return")),
+                           "built in: eval.*")
+    return hooks
+
+
+class Checkpointing(Hook):
+    """Saves a checkpoint every ``interval_frames``; the run saves once more when the loop ends."""
+
+    after = ("evaluation",)  # the saved evaluation schedule is the one after this batch's
+
+    def __init__(self, save: Callable[[], None], interval_frames: int):
+        self.save, self.interval, self.next_at = save, interval_frames, interval_frames
+
+    def post_steps_log(self, trainer, batch) -> None:
+        if self.interval > 0 and trainer.frames >= self.next_at:
+            # the loop's last batch is saved by train() right after the loop: not twice
+            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason:
+                self.save()
+            while self.next_at <= trainer.frames:
+                self.next_at += self.interval
+
+    def state_dict(self) -> dict:
+        return {"next_at": self.next_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_at = int(state["next_at"])
+
+
+class ProgressHook(Hook):
+    """Feeds the progress display once per batch: frames, fps, recent and eval returns."""
+
+    after = ("train_stats", "evaluation")
+
+    def __init__(self, progress: Progress, stats: TrainStats):
+        self.progress, self.stats = progress, stats
+
+    def post_steps_log(self, trainer, batch) -> None:
+        info = {}
+        if self.stats.recent_returns:
+            info["return"] = sum(self.stats.recent_returns) / len(self.stats.recent_returns)
+        metrics = trainer.pending_metrics
+        if "time/fps" in metrics:
+            info["fps"] = metrics["time/fps"]
+        if "eval/episode_return" in metrics:
+            info["eval"] = metrics["eval/episode_return"]
+        self.progress.update(trainer.frames, info)
