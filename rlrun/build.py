@@ -28,7 +28,7 @@ from rlrun.contracts import COLLECTED_KEYS
 from rlrun.errors import ConfigError
 from rlrun.registry import build
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
-from rlrun.trainer.hooks import Hook
+from rlrun.trainer.hooks import Hook, TargetUpdate
 
 
 @dataclass
@@ -88,7 +88,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     buffer_cfg = _buffer_config(cfg, loss)
     buffer = build("buffer", buffer_cfg, seed=cfg.seed, device=str(device), run_dir=run_dir)
 
-    wired = learning_hooks(loss, optimizer)
+    wired = learning_hooks(loss)
     for name, node in (cfg.get("hooks") or {}).items():
         if node:
             if name in wired:
@@ -105,6 +105,10 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
         wired[name] = entry
     hooks = {name: hook for name, (hook, _) in wired.items()}
     origins = {name: origin for name, (_, origin) in wired.items()}
+    if loss.has_targets and not any(isinstance(h, TargetUpdate) for h in hooks.values()):
+        raise ConfigError(f"{type(loss).__name__} keeps target networks, but no hook moves them",
+                          key="hooks.target_update",
+                          fix="add hooks.target_update={name:target_update,interval_updates:1}")
 
     steps = _optim_steps(cfg, loss, buffer_cfg, fpb)
     learning_starts = cfg.trainer.get("learning_starts")

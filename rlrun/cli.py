@@ -2,6 +2,7 @@
 
     rlrun [overrides]            train (Hydra: -m for multirun, --cfg job, --help)
     rlrun list [kind]            registered components and config presets
+    rlrun explain [overrides]    the composed run: capabilities, loop settings, hooks per point
     rlrun report ...             tables and learning curves from finished runs
 
 Config mistakes are caught before Hydra composes (unknown preset, misspelt
@@ -195,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
+    if argv[:1] == ["explain"]:
+        from rlrun.explain import main as explain_main
+
+        return explain_main(argv[1:])
     if argv[:1] == ["report"]:
         from rlrun.report.cli import main as report_main
 

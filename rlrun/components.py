@@ -1,9 +1,18 @@
-"""Imports every module that registers rlrun's built-in components."""
+"""Imports every module that registers rlrun's built-in components.
 
-from rlrun import collectors, exploration, tracking  # noqa: F401
-from rlrun.algos import a2c, dqn, ppo, sac, td3  # noqa: F401
+Algorithm modules are found by listing ``rlrun.algos``: adding an algorithm is
+its module and its ``conf/algo`` YAML, with no list to edit here.
+"""
+
+import importlib
+import pkgutil
+
+from rlrun import algos, collectors, exploration, tracking  # noqa: F401
 from rlrun.buffers import factory  # noqa: F401
 from rlrun.envs import atari, gym  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401
 from rlrun.modules import cnn, models  # noqa: F401
 from rlrun.trainer import hooks, optim  # noqa: F401
+
+for _module in pkgutil.iter_modules(algos.__path__):
+    importlib.import_module(f"{algos.__name__}.{_module.name}")

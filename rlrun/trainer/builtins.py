@@ -12,15 +12,15 @@ from omegaconf import DictConfig
 
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
-from rlrun.trainer.hooks import BufferFeed, Hook, LinearLR, TrainStats
+from rlrun.trainer.hooks import Hook, LinearLR, Minibatches, Replay, TrainStats
 
 
-def learning_hooks(loss: Any, optimizer: Any) -> dict[str, tuple[Hook, str]]:
-    """Hooks that come before the config's: the buffer the loss declares it learns from."""
-    mode = "on" if loss.on_policy else "off"
+def learning_hooks(loss: Any) -> dict[str, tuple[Hook, str]]:
+    """Hooks that come before the config's: how the loss declares it learns from the buffer."""
     # first in config order: the keys it stores place it after the hooks that write them
-    return {"buffer": (BufferFeed(loss.on_policy, loss.reads),
-                       f"built in: {mode}-policy buffer (declared by the loss)")}
+    if loss.on_policy:
+        return {"buffer": (Minibatches(loss.reads), "built in: the loss learns on-policy")}
+    return {"buffer": (Replay(loss.reads), "built in: the loss learns off-policy")}
 
 
 def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any,

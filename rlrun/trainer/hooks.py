@@ -71,34 +71,49 @@ class Hook:
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class BufferFeed(Hook):
-    """Feeds the buffer and samples optimisation batches from it (wired by the builder).
+class Minibatches(Hook):
+    """On-policy learning from the batch just collected (wired when the loss declares ``on_policy``).
 
-    On-policy (the loss declares ``on_policy``): each epoch the buffer is
-    refilled with the (re-estimated) batch and minibatches are drawn without
-    replacement. Off-policy: each collected batch is appended and batches are
-    sampled from all stored data.
+    Each epoch refills the buffer with the (re-estimated) batch, whose minibatches
+    are then drawn without replacement, so that every epoch visits each frame once.
 
     Args:
-        on_policy: From the loss's declaration.
         stores: The keys the loss reads: they must be in the batch when it is stored.
     """
 
-    def __init__(self, on_policy: bool, stores: tuple[str, ...] = ()):
-        self.on_policy, self.stores = on_policy, tuple(stores)
+    def __init__(self, stores: tuple[str, ...] = ()):
+        self.stores = tuple(stores)
 
     def io(self) -> IO:
-        return {"pre_epoch" if self.on_policy else "process_batch": (self.stores, ())}
-
-    def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
-        if not self.on_policy:
-            trainer.buffer.extend(batch.reshape(-1))
-        return batch
+        return {"pre_epoch": (self.stores, ())}
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
-        if self.on_policy:
-            trainer.buffer.empty()
-            trainer.buffer.extend(batch.reshape(-1))
+        trainer.buffer.empty()
+        trainer.buffer.extend(batch.reshape(-1))
+
+    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        return trainer.buffer.sample()
+
+
+class Replay(Hook):
+    """Off-policy learning from a replay buffer (wired when the loss is not ``on_policy``).
+
+    Each collected batch is appended; optimisation batches are sampled from all
+    stored data, and a prioritized buffer gets the loss's ``td_error`` back.
+
+    Args:
+        stores: The keys the loss reads: they must be in the batch when it is stored.
+    """
+
+    def __init__(self, stores: tuple[str, ...] = ()):
+        self.stores = tuple(stores)
+
+    def io(self) -> IO:
+        return {"process_batch": (self.stores, ())}
+
+    def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        trainer.buffer.extend(batch.reshape(-1))
+        return batch
 
     def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
         return trainer.buffer.sample()

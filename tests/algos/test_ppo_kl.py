@@ -1,0 +1,88 @@
+"""PPO-KL: the penalised surrogate and the paper's coefficient rule, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlrun.algos.ppo_kl import AdaptKLCoef, PPOKLLoss
+from rlrun.policy import Policy
+
+
+class TwoActionActor(nn.Module):
+    """Categorical over 2 actions with logits (0, w): pi(1) = sigmoid(w), for every state."""
+
+    head = "categorical"
+
+    def __init__(self, w: float):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(w))
+
+    def dist(self, obs):
+        logits = torch.stack([torch.zeros(obs.shape[0]), self.w.expand(obs.shape[0])], -1)
+        return torch.distributions.Categorical(logits=logits)
+
+
+class ConstCritic(nn.Module):
+    def __init__(self, v: float):
+        super().__init__()
+        self.v = nn.Parameter(torch.tensor(v))
+
+    def forward(self, obs):
+        return self.v.expand(obs.shape[0])
+
+
+def test_loss_terms_by_hand():
+    w, v = 0.3, 0.5
+    loss = PPOKLLoss(Policy(TwoActionActor(w), ConstCritic(v)), init_kl_coef=2.0, entropy_coef=0.1,
+                     critic_coef=0.5, normalize_advantage=False)
+    old = [math.log(0.6), math.log(0.5)]  # behaviour log-probs of the actions taken
+    td = TensorDict({"observation": torch.zeros(2, 1), "action": torch.tensor([1, 0]),
+                     "sample_log_prob": torch.tensor(old), "advantage": torch.tensor([1.0, -2.0]),
+                     "value_target": torch.tensor([1.0, 0.0])}, batch_size=[2])
+    out = loss(td)
+    p1 = 1 / (1 + math.exp(-w))
+    new = [math.log(p1), math.log(1 - p1)]
+    r = [math.exp(n - o) for n, o in zip(new, old)]
+    kl = sum((ri - 1) - math.log(ri) for ri in r) / 2
+    entropy = -(p1 * math.log(p1) + (1 - p1) * math.log(1 - p1))
+    assert math.isclose(out["loss_objective"].item(), -(r[0] * 1.0 + r[1] * -2.0) / 2, rel_tol=1e-6)
+    assert math.isclose(out["loss_kl"].item(), 2.0 * kl, rel_tol=1e-5)
+    assert math.isclose(out["loss_critic"].item(), 0.5 * 0.5 * ((v - 1) ** 2 + v ** 2) / 2, rel_tol=1e-6)
+    assert math.isclose(out["loss_entropy"].item(), -0.1 * entropy, rel_tol=1e-6)
+
+
+def test_kl_penalty_is_zero_and_flat_at_the_behaviour_policy():
+    w = 0.7
+    loss = PPOKLLoss(Policy(TwoActionActor(w), ConstCritic(0.0)), normalize_advantage=False)
+    p1 = 1 / (1 + math.exp(-w))
+    td = TensorDict({"observation": torch.zeros(2, 1), "action": torch.tensor([1, 0]),
+                     "sample_log_prob": torch.tensor([math.log(p1), math.log(1 - p1)]),
+                     "advantage": torch.zeros(2), "value_target": torch.zeros(2)}, batch_size=[2])
+    out = loss(td)
+    out["loss_kl"].backward()
+    assert abs(out["kl"].item()) < 1e-7 and abs(loss.policy.actor.w.grad.item()) < 1e-6
+
+
+def test_coefficient_rule_and_hook_use_the_last_epochs_mean_kl():
+    loss = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), kl_target=0.01, init_kl_coef=1.0)
+    hook = AdaptKLCoef()
+    trainer = type("T", (), {"loss": loss})()
+    # means 0.5 and 0.03 > 1.5 x 0.01: doubles; 0.003 < 0.01 / 1.5: halves; 0.01: stays
+    for epoch_kls, expected in [([0.5, 0.5], 2.0), ([0.05, 0.01], 4.0), ([0.001, 0.005], 2.0),
+                                ([0.012, 0.008], 2.0)]:
+        hook.pre_epoch(trainer, None)
+        hook.post_loss(trainer, None, {"kl": torch.tensor(9.0)})  # an earlier epoch: not counted
+        hook.pre_epoch(trainer, None)
+        for kl in epoch_kls:
+            hook.post_loss(trainer, None, {"kl": torch.tensor(kl)})
+        hook.post_steps(trainer)
+        assert loss.kl_coef == expected
+    # the coefficient is saved and restored with the loss
+    state = loss.state_dict()
+    other = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), init_kl_coef=5.0)
+    other.load_state_dict(state)
+    assert other.kl_coef == 2.0

@@ -1,0 +1,86 @@
+"""Hook order from declarations: writers before readers, impossible orders named."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrun.errors import ConfigError
+from rlrun.trainer.hooks import GAE, Hook, Minibatches, ObservationStats, Replay
+from rlrun.trainer.wiring import plan
+
+COLLECTED = {"observation", "action", "sample_log_prob", "next.observation", "next.reward",
+             "next.terminated", "next.truncated", "next.done", "collector.traj_ids"}
+PPO_READS = ("observation", "action", "sample_log_prob", "advantage", "value_target")
+
+
+class ReadsAt(Hook):
+    """Reads ``key`` at ``point`` (a stand-in for any hook with a need)."""
+
+    def __init__(self, point: str, key: str):
+        self.point, self.key = point, key
+
+    def io(self):
+        return {self.point: ((self.key,), ())}
+
+
+def test_gae_moved_after_the_buffer_still_runs_before_it():
+    # rlrun algo=ppo '~hooks.gae' '+hooks.gae={name:gae}': GAE last in config order
+    hooks = {"buffer": Minibatches(PPO_READS), "observation_stats": ObservationStats(), "gae": GAE(0.99)}
+    order = plan(hooks, COLLECTED, PPO_READS)
+    assert order["pre_epoch"] == ["gae", "buffer"]
+    assert order["process_batch"] == ["observation_stats"]
+
+
+def test_config_order_is_kept_where_nothing_is_declared():
+    a, b = ReadsAt("post_steps", "observation"), ReadsAt("post_steps", "observation")
+    assert plan({"b": b, "a": a}, COLLECTED)["post_steps"] == ["b", "a"]
+
+
+def test_a_reader_before_its_writers_point_names_both_hooks():
+    hooks = {"gae": GAE(0.99), "early": ReadsAt("process_batch", "advantage")}
+    with pytest.raises(ConfigError) as info:
+        plan(hooks, COLLECTED)
+    msg = info.value.message
+    assert "'early'" in msg and "'gae'" in msg and "pre_epoch" in msg and "process_batch" in msg
+    assert info.value.key == "hooks.early"
+
+
+def test_a_key_nobody_writes_names_the_reader_and_the_key():
+    # PPO without GAE: the on-policy buffer must store 'advantage' for the loss
+    with pytest.raises(ConfigError) as info:
+        plan({"buffer": Minibatches(PPO_READS)}, COLLECTED, PPO_READS)
+    assert "'advantage'" in info.value.message and "'buffer'" in info.value.message
+    assert "hooks.gae" in info.value.fix
+
+
+def test_the_loss_reads_are_checked_at_the_optimisation_step():
+    with pytest.raises(ConfigError) as info:
+        plan({"buffer": Replay(())}, COLLECTED, ("observation", "priority"), "the loss X")
+    assert "the loss X" in info.value.message and "'priority'" in info.value.message
+
+
+def test_mutual_needs_are_a_cycle_error_naming_both():
+    class Swap(Hook):
+        def __init__(self, reads, writes):
+            self.r, self.w = reads, writes
+
+        def io(self):
+            return {"post_steps": ((self.r,), (self.w,))}
+
+    with pytest.raises(ConfigError) as info:
+        plan({"x": Swap("a", "b"), "y": Swap("b", "a")}, COLLECTED)
+    assert "'x'" in info.value.message and "'y'" in info.value.message
+
+
+def test_after_declarations_are_respected():
+    class Late(Hook):
+        after = ("stats",)
+
+        def post_steps_log(self, trainer, batch):
+            pass
+
+    class Stats(Hook):
+        def post_steps_log(self, trainer, batch):
+            pass
+
+    assert plan({"late": Late(), "stats": Stats()}, COLLECTED)["post_steps_log"] == ["stats", "late"]
