@@ -154,7 +154,21 @@ def _buffer_config(cfg: DictConfig, loss: Any) -> dict:
     elif node.get("capacity") is None:
         raise ConfigError("an off-policy buffer needs a capacity", key="buffer.capacity",
                           fix="set buffer.capacity, e.g. 1000000")
+    capacity, batch = node.get("capacity"), node.get("batch_size")
+    if _is_int(capacity) and 0 < capacity < fpb:
+        raise ConfigError(f"the buffer ({capacity}) cannot hold one batch of {fpb} frames",
+                          key="buffer.capacity",
+                          fix=f"set buffer.capacity >= {fpb} or lower collector.frames_per_batch")
+    if node.get("sampler") == "without_replacement" and _is_int(batch) and _is_int(capacity) \
+            and batch > capacity:
+        raise ConfigError(f"minibatches of {batch} do not fit in the {capacity} frames of a batch",
+                          key="buffer.batch_size",
+                          fix=f"set buffer.batch_size <= {capacity} or raise collector.frames_per_batch")
     return node
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _optim_steps(cfg: DictConfig, loss: Any, buffer_cfg: dict, fpb: int) -> int:

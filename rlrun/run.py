@@ -51,7 +51,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"the discount must be a number in [0, 1], got {gamma!r}", key="gamma",
                           fix="e.g. gamma=0.99")
     _positive(cfg, "total_frames")
-    fpb = _positive(cfg, "collector.frames_per_batch")
+    _positive(cfg, "collector.frames_per_batch")
     for key in ("trainer.epochs_per_batch", "eval.episodes"):
         _positive(cfg, key)
     for key in ("trainer.optim_steps_per_epoch", "trainer.learning_starts",
@@ -59,20 +59,6 @@ def validate(cfg: DictConfig) -> None:
                 "checkpoint.interval_frames"):
         if OmegaConf.select(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
-    if cfg.get("buffer") is not None:
-        capacity = cfg.buffer.get("capacity")
-        if capacity is not None:
-            capacity = _positive(cfg, "buffer.capacity")
-            if capacity < fpb:
-                raise ConfigError(f"the buffer ({capacity}) cannot hold one batch of {fpb} frames",
-                                  key="buffer.capacity",
-                                  fix=f"set buffer.capacity >= {fpb} or lower collector.frames_per_batch")
-        batch = _positive(cfg, "buffer.batch_size")
-        if cfg.buffer.get("sampler") == "without_replacement" and batch > (capacity or fpb):
-            raise ConfigError(f"minibatches of {batch} do not fit in the {capacity or fpb} frames of a batch",
-                              key="buffer.batch_size",
-                              fix=f"set buffer.batch_size <= {capacity or fpb} or raise "
-                              "collector.frames_per_batch")
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:

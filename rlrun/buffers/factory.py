@@ -6,11 +6,9 @@ from pathlib import Path
 
 import torch
 
-from rlrun.buffers.replay import ReplayBuffer
+from rlrun.buffers.replay import SAMPLERS, ReplayBuffer
 from rlrun.errors import ConfigError
 from rlrun.registry import register
-
-SAMPLERS = ("uniform", "without_replacement", "prioritized")
 
 
 @register("buffer", "replay")

@@ -12,15 +12,15 @@ from omegaconf import DictConfig
 
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
-from rlrun.trainer.hooks import Hook, LinearLR, Minibatches, Replay, TrainStats
+from rlrun.trainer.hooks import Hook, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TrainStats
 
 
 def learning_hooks(loss: Any) -> dict[str, tuple[Hook, str]]:
     """Hooks that come before the config's: how the loss declares it learns from the buffer."""
     # first in config order: the keys it stores place it after the hooks that write them
     if loss.on_policy:
-        return {"buffer": (Minibatches(loss.reads), "built in: the loss learns on-policy")}
-    return {"buffer": (Replay(loss.reads), "built in: the loss learns off-policy")}
+        return {"buffer": (OnPolicyMinibatches(loss.reads), "built in: the loss learns on-policy")}
+    return {"buffer": (OffPolicyReplay(loss.reads), "built in: the loss learns off-policy")}
 
 
 def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any,

@@ -71,7 +71,7 @@ class Hook:
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class Minibatches(Hook):
+class OnPolicyMinibatches(Hook):
     """On-policy learning from the batch just collected (wired when the loss declares ``on_policy``).
 
     Each epoch refills the buffer with the (re-estimated) batch, whose minibatches
@@ -95,7 +95,7 @@ class Minibatches(Hook):
         return trainer.buffer.sample()
 
 
-class Replay(Hook):
+class OffPolicyReplay(Hook):
     """Off-policy learning from a replay buffer (wired when the loss is not ``on_policy``).
 
     Each collected batch is appended; optimisation batches are sampled from all

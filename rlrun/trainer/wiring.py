@@ -9,8 +9,8 @@ consumer at an earlier point than its producer, or no producer at all) is a
 a ``KeyError`` deep inside a loss.
 
 Examples:
-    >>> from rlrun.trainer.hooks import GAE, Minibatches
-    >>> hooks = {"buffer": Minibatches(stores=("advantage",)), "gae": GAE(0.99)}
+    >>> from rlrun.trainer.hooks import GAE, OnPolicyMinibatches
+    >>> hooks = {"buffer": OnPolicyMinibatches(stores=("advantage",)), "gae": GAE(0.99)}
     >>> plan(hooks, provided={"observation", "next.observation", "next.reward",
     ...                       "next.terminated", "next.done"})["pre_epoch"]
     ['gae', 'buffer']

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlrun.errors import ConfigError
-from rlrun.trainer.hooks import GAE, Hook, Minibatches, ObservationStats, Replay
+from rlrun.trainer.hooks import GAE, Hook, ObservationStats, OffPolicyReplay, OnPolicyMinibatches
 from rlrun.trainer.wiring import plan
 
 COLLECTED = {"observation", "action", "sample_log_prob", "next.observation", "next.reward",
@@ -25,7 +25,8 @@ class ReadsAt(Hook):
 
 def test_gae_moved_after_the_buffer_still_runs_before_it():
     # rlrun algo=ppo '~hooks.gae' '+hooks.gae={name:gae}': GAE last in config order
-    hooks = {"buffer": Minibatches(PPO_READS), "observation_stats": ObservationStats(), "gae": GAE(0.99)}
+    hooks = {"buffer": OnPolicyMinibatches(PPO_READS), "observation_stats": ObservationStats(),
+             "gae": GAE(0.99)}
     order = plan(hooks, COLLECTED, PPO_READS)
     assert order["pre_epoch"] == ["gae", "buffer"]
     assert order["process_batch"] == ["observation_stats"]
@@ -48,14 +49,14 @@ def test_a_reader_before_its_writers_point_names_both_hooks():
 def test_a_key_nobody_writes_names_the_reader_and_the_key():
     # PPO without GAE: the on-policy buffer must store 'advantage' for the loss
     with pytest.raises(ConfigError) as info:
-        plan({"buffer": Minibatches(PPO_READS)}, COLLECTED, PPO_READS)
+        plan({"buffer": OnPolicyMinibatches(PPO_READS)}, COLLECTED, PPO_READS)
     assert "'advantage'" in info.value.message and "'buffer'" in info.value.message
     assert "hooks.gae" in info.value.fix
 
 
 def test_the_loss_reads_are_checked_at_the_optimisation_step():
     with pytest.raises(ConfigError) as info:
-        plan({"buffer": Replay(())}, COLLECTED, ("observation", "priority"), "the loss X")
+        plan({"buffer": OffPolicyReplay(())}, COLLECTED, ("observation", "priority"), "the loss X")
     assert "the loss X" in info.value.message and "'priority'" in info.value.message
 
 
