@@ -190,6 +190,11 @@ def _task(cfg) -> None:
           f"{summary['run_dir']}", file=sys.stderr)
     if summary["status"] == "interrupted":
         sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
+    if summary["status"] == "diverged":
+        print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
+              "  fix: lower optim.lr (or add optim.max_grad_norm); the last finite checkpoint is kept "
+              f"in {summary['run_dir']}", file=sys.stderr)
+        sys.exit(3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ The run directory holds ``config.yaml`` (resolved), ``checkpoint.pt``,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from rlrun import checkpoint
 from rlrun.build import Run, build_run, resolve_device
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
+from rlrun.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.tracking import Progress
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
@@ -95,12 +97,24 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         tags: Set on a new tracking run (algo, env, sweep, job number, commit, ...).
     """
     validate(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the run directory {run_dir} ({err.strerror})",
+                          key="hydra.run.dir", fix="run from a writable directory or set "
+                          "hydra.run.dir=<a writable path>") from None
+    with RunLock(run_dir):  # one process per run directory; the kernel frees it if we die
+        remove_stale_temp_files(run_dir)
+        return _train(cfg, run_dir, tags or {})
+
+
+def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
     state = checkpoint.load(ckpt_path) if ckpt_path else None
+    resume = _resume_plan(cfg, run_dir, state, ckpt_path)
     torch.manual_seed(cfg.seed)
 
     run = build_run(cfg, run_dir, device)
@@ -115,17 +129,26 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
                   file=sys.stderr)
             run.close()
             return json.loads((run_dir / "summary.json").read_text())
+        print(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
+              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]),
+              file=sys.stderr)
+        if state.get("buffer") is None and buffer is not None:
+            print("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
+                  "training continues with an empty one", file=sys.stderr)
 
     run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
-    logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name,
-                   run_id=state.get("mlflow_run_id") if state else None,
-                   tags={**(tags or {}), "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
-                         **_paper_tags(cfg)})
+    logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                   tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
+                         **resume["tags"], **_paper_tags(cfg)})
+    # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
+    write_tracking(run_dir, {"run_id": logger.run_id, "config": _config_hash(cfg)})
     config_file = run_dir / "config.yaml"
     config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    if state is None:
+    if resume["run_id"] is None:
         logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.log_artifact(config_file)
+    elif resume["changes"]:
+        logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
     progress = Progress(collector.total_frames, collector.frames, cfg.progress)
     stats = hooks["train_stats"]
     hooks["progress"] = ProgressHook(progress, stats)
@@ -135,10 +158,17 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     if state is not None:
         trainer.optim_steps, trainer.batches = int(state["optim_steps"]), int(state["batches"])
         trainer.elapsed_before = float(state["wall_time"])
+    warned = []
 
     def save() -> None:
+        written = buffer.saved_nbytes()
         keep_buffer = cfg.checkpoint.buffer is True or (
-            cfg.checkpoint.buffer == "auto" and buffer.nbytes() <= cfg.checkpoint.max_buffer_mb * 2**20)
+            cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
+        if not keep_buffer and written and not warned:
+            warned.append(True)
+            print(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
+                  f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
+                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer", file=sys.stderr)
         checkpoint.save({
             "frames": trainer.frames, "optim_steps": trainer.optim_steps,
             "batches": trainer.batches, "wall_time": trainer.wall_time,
@@ -156,10 +186,13 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     previous = _install_stop_handlers(trainer)
     try:
         trainer.train()
-        # Saved here, not in a hook, so that a signal landing after the checkpoint
-        # hook of the last batch still keeps that batch (else it is trained twice).
-        save()
-        status = "KILLED" if trainer.interrupted else "FINISHED"
+        if trainer.diverged:
+            status = "DIVERGED"  # the last checkpoint stays the last finite one
+        else:
+            # Saved here, not in a hook, so that a signal landing after the checkpoint
+            # hook of the last batch still keeps that batch (else it is trained twice).
+            save()
+            status = "KILLED" if trainer.interrupted else "FINISHED"
     finally:
         _restore_handlers(previous)
         progress.close()
@@ -176,11 +209,51 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         _write_json(run_dir / "summary.json", summary)
         if status != "FAILED":
             logger.log_artifact(run_dir / "summary.json")
-        logger.finish(status)
+        if status == "DIVERGED":
+            logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
+        logger.finish({"DIVERGED": "FAILED"}.get(status, status))
         run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
     return summary
+
+
+# Keys a resumed run may change without asking: budgets, schedules of evaluation and
+# checkpoints, where and how it logs and runs. Anything else changes the experiment.
+SAFE_TO_CHANGE = ("total_frames", "eval.", "checkpoint.", "logger.", "progress", "resume", "device",
+                  "threads", "hooks.optuna_pruning.", "resume_allow_changes")
+
+
+def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
+    """The tracker run to continue, the config changes to list, the tags to add."""
+    plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}}
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    if state is None:
+        known = read_tracking(run_dir)
+        if cfg.resume not in (False, "false", "never") and known.get("config") == _config_hash(cfg):
+            plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
+        return plan
+    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=True))
+    changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
+               if old.get(k, "<unset>") != new.get(k, "<unset>")]
+    unsafe = [c for c in changes if not c[0].startswith(SAFE_TO_CHANGE)]
+    if unsafe and not cfg.get("resume_allow_changes"):
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe[:8])
+        raise ConfigError(
+            f"the checkpoint {ckpt_path} was trained with another config ({listed})", key="resume",
+            fix="rerun with the values it started with, start afresh with resume=false, or accept the "
+            "changes with resume_allow_changes=true (they are then listed and tagged on the run)")
+    plan["changes"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume"]
+    if ckpt_path is not None and ckpt_path.parent.resolve() != run_dir.resolve():
+        plan["tags"] = {"resumed_from": str(ckpt_path.resolve()), "resumed_from_frame": str(state["frames"])}
+    else:
+        plan["run_id"] = state.get("mlflow_run_id")
+    return plan
+
+
+def _config_hash(cfg: DictConfig) -> str:
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _paper_tags(cfg: DictConfig) -> dict[str, str]:
@@ -192,6 +265,7 @@ def _restore(state: dict, run: Run, path: Path) -> None:
     try:
         run.loss.load_state_dict(state["loss"])
         run.optimizer.load_state_dict(state["optimizer"])
+        run.optimizer.anneal(state["frames"] / run.collector.total_frames)  # the schedule where it was
         run.collector.load_state_dict(state["collector"])
         if state.get("buffer") is not None:
             run.buffer.load_state_dict(state["buffer"])

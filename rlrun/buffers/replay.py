@@ -149,6 +149,10 @@ class ReplayBuffer:
         """Bytes of allocated storage (0 before the first extend)."""
         return self._storage.nbytes()
 
+    def saved_nbytes(self) -> int:
+        """Bytes a checkpoint of the stored rows takes (``state_dict`` writes only those)."""
+        return self.nbytes() * len(self) // self.capacity if self.capacity else 0
+
     def state_dict(self, include_data: bool = True) -> dict[str, Any]:
         """Returns the buffer state as plain containers (``weights_only``-loadable).
 

@@ -57,6 +57,9 @@ class WithoutReplacementSampler(Sampler):
     Each permutation is one epoch; a new one starts when it is used up, and
     whenever the buffer is extended or emptied.
 
+    A buffer holding fewer rows than ``batch_size`` (the last batch of a run
+    whose budget is not a multiple of the batch) gives all its rows each call.
+
     Args:
         drop_last: Skip the final short batch of an epoch (else return it).
     """
@@ -78,11 +81,8 @@ class WithoutReplacementSampler(Sampler):
     ) -> torch.Tensor:
         """Returns the next ``batch_size`` indices of the current permutation."""
         _check_nonempty(num_valid)
-        if self.drop_last and batch_size > num_valid:
-            raise ValueError(
-                f"batch_size {batch_size} exceeds the {num_valid} rows in the buffer; "
-                "with drop_last=True no full batch can be drawn"
-            )
+        # Fewer rows than one batch (a run's last, partial batch): all of them, as one batch.
+        batch_size = min(batch_size, num_valid)
         remaining = 0 if self._perm is None else self._perm.numel() - self._pos
         stale = self._perm is not None and self._perm.numel() != num_valid
         if stale or remaining == 0 or (self.drop_last and remaining < batch_size):

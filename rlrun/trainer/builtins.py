@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
+from torch import Tensor
 
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
@@ -16,11 +18,48 @@ from rlrun.trainer.hooks import Hook, LinearLR, OffPolicyReplay, OnPolicyMinibat
 
 
 def learning_hooks(loss: Any) -> dict[str, tuple[Hook, str]]:
-    """Hooks that come before the config's: how the loss declares it learns from the buffer."""
+    """Hooks that come before the config's: the buffer the loss learns from, the divergence check."""
     # first in config order: the keys it stores place it after the hooks that write them
     if loss.on_policy:
-        return {"buffer": (OnPolicyMinibatches(loss.reads), "built in: the loss learns on-policy")}
-    return {"buffer": (OffPolicyReplay(loss.reads), "built in: the loss learns off-policy")}
+        hooks = {"buffer": (OnPolicyMinibatches(loss.reads), "built in: the loss learns on-policy")}
+    else:
+        hooks = {"buffer": (OffPolicyReplay(loss.reads), "built in: the loss learns off-policy")}
+    hooks["divergence"] = (DivergenceGuard(loss), "built in: stop at non-finite losses or weights")
+    return hooks
+
+
+class DivergenceGuard(Hook):
+    """Stops the run at the end of the first batch with a non-finite loss term, gradient or weight.
+
+    Per optimiser step it only ORs finiteness flags on the device (no host
+    sync); once per batch, before evaluation and checkpointing, one sync reads
+    them with a check of every weight. A diverged run then neither evaluates
+    nor saves: the last checkpoint stays the last finite one.
+    """
+
+    def __init__(self, loss: Any):
+        self.params = [p for p in loss.parameters()]
+        self._bad: dict[str, Tensor] = {}
+
+    def post_loss(self, trainer, sub, losses: dict) -> None:
+        for k, v in losses.items():
+            if k.startswith("loss_"):
+                bad = ~torch.isfinite(v.detach())
+                self._bad[k] = bad if k not in self._bad else self._bad[k] | bad
+
+    def post_steps(self, trainer) -> None:
+        names = list(self._bad)
+        flags = [self._bad[k] for k in names]
+        for group, norm in getattr(trainer.optimizer, "last_grad_norms", {}).items():
+            names.append(f"gradient norm of {group}")
+            flags.append(~torch.isfinite(norm))
+        names.append("weights")
+        flags.append(torch.stack([~torch.isfinite(p).all() for p in self.params]).any())
+        self._bad = {}
+        bad = torch.stack([f.reshape(()) for f in flags]).cpu()  # the batch's one host sync
+        if bad.any():
+            first = names[int(bad.nonzero()[0])]
+            trainer.diverge(f"non-finite {first} in the batch ending at frame {trainer.frames}")
 
 
 def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any,
@@ -47,7 +86,8 @@ class Checkpointing(Hook):
     def post_steps_log(self, trainer, batch) -> None:
         if self.interval > 0 and trainer.frames >= self.next_at:
             # the loop's last batch is saved by train() right after the loop: not twice
-            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason:
+            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason \
+                    and not trainer.diverged:
                 self.save()
             while self.next_at <= trainer.frames:
                 self.next_at += self.interval

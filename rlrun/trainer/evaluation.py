@@ -85,6 +85,8 @@ class Evaluation(Hook):
         return self.last
 
     def post_steps_log(self, trainer, batch) -> None:
+        if trainer.diverged:  # non-finite weights: nothing worth evaluating
+            return
         final = trainer.frames >= trainer.collector.total_frames
         if final or (self.interval > 0 and trainer.frames >= self.next_at):
             result = self.run(trainer)

@@ -120,7 +120,10 @@ class OffPolicyReplay(Hook):
 
     def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None:
         if "td_error" in losses and "priority_weight" in sub.keys():
-            trainer.buffer.update_priority(sub["index"], losses["td_error"])
+            # a diverging loss stops the run at the end of the batch (DivergenceGuard); until
+            # then its non-finite errors must not break the sum-tree
+            error = torch.nan_to_num(losses["td_error"], nan=0.0, posinf=0.0, neginf=0.0)
+            trainer.buffer.update_priority(sub["index"], error)
 
 
 @register("hook", "gae")

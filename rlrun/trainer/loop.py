@@ -66,6 +66,7 @@ class Trainer:
         self.stop_reason: str | None = None
         self.interrupted = False  # stopped from outside (signal), as opposed to a goal reached
         self.stop_signal: int | None = None
+        self.diverged: str | None = None  # what went non-finite, where (set by the divergence check)
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
         self.order = plan(hooks, provided if provided is not None else _everything(),
@@ -128,6 +129,12 @@ class Trainer:
         """
         if self.stop_reason is None:
             self.stop_reason, self.interrupted = reason, interrupted
+
+    def diverge(self, what: str) -> None:
+        """Marks the run diverged and ends it after this batch, without evaluating or saving it."""
+        if self.diverged is None:
+            self.diverged = what
+            self.request_stop(f"diverged: {what}", interrupted=False)
 
     def call_hooks(self, point: str, *args: Any) -> None:
         """Calls every hook that implements ``point`` (for hooks that raise a point of their own)."""

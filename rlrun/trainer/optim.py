@@ -85,8 +85,16 @@ class OptimizerStep:
         return {g: o.state_dict() for g, o in self.optimizers.items()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores moments and step counts; hyperparameters (lr, eps, ...) stay the config's.
+
+        torch's ``load_state_dict`` would also bring back the saved learning rate, so a
+        resumed run could not change it; the caller re-applies the schedule (``anneal``).
+        """
         for g, o in self.optimizers.items():
+            hyper = [{k: v for k, v in pg.items() if k != "params"} for pg in o.param_groups]
             o.load_state_dict(state[g])
+            for pg, h in zip(o.param_groups, hyper):
+                pg.update(h)
 
 
 def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: float = 3e-4,

@@ -1,0 +1,196 @@
+"""The run directory and the tracker tell the truth: kills, concurrent copies, divergence,
+awkward budgets, changed configs on resume (fault injection in fresh processes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from cli_utils import run_cli, spawn, summary_of
+from mlflow.tracking import MlflowClient
+
+RUN = Path("runs/r")
+LONG = ["algo=ppo", "env=cartpole", "total_frames=400000", "collector.frames_per_batch=1024",
+        "eval.interval_frames=0", "eval.episodes=2", f"hydra.run.dir={RUN}"]
+
+
+def mlflow_runs(cwd: Path) -> list:
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rlrun")
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def wait_for(predicate, proc, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def checkpoint_frames(run_dir: Path) -> int:
+    path = run_dir / "checkpoint.pt"
+    return int(torch.load(path, weights_only=True)["frames"]) if path.exists() else 0
+
+
+def leftovers(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.glob(".*.tmp*"))
+
+
+@pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_run", "during_checkpoint_write",
+                                        "after_training_before_exit"])
+def test_sigkill_then_rerun_finishes_exactly_in_one_tracker_run(kill_point, tmp_path, capsys):
+    total = 12288
+    args = ["algo=ppo", "env=cartpole", f"total_frames={total}", "collector.frames_per_batch=1024",
+            "eval.interval_frames=0", "eval.episodes=2", f"hydra.run.dir={RUN}",
+            "checkpoint.interval_frames=0" if kill_point == "before_first_checkpoint"
+            else "checkpoint.interval_frames=2048"]
+    run_dir = tmp_path / RUN
+    proc = spawn(args, tmp_path)
+    if kill_point == "before_first_checkpoint":
+        wait_for(lambda: (run_dir / "tracking.json").exists(), proc)  # the tracker run exists
+        time.sleep(1.0)
+    elif kill_point == "after_training_before_exit":
+        wait_for(lambda: checkpoint_frames(run_dir) >= 8192, proc)
+    else:
+        wait_for(lambda: checkpoint_frames(run_dir) >= 2048, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    if kill_point == "during_checkpoint_write":  # what a kill inside checkpoint.save leaves behind
+        (run_dir / f".checkpoint.pt.tmp-{proc.pid}").write_bytes(b"\x80partial")
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 0, err
+    summary = summary_of(run_dir)
+    assert summary["status"] == "finished" and summary["frames"] == total
+    runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED", [r.info for r in runs]
+    assert runs[0].info.run_id == summary["mlflow_run_id"]
+    assert leftovers(run_dir) == []
+
+
+def test_two_copies_of_one_command_one_trains_one_exits_2(tmp_path, capsys):
+    proc = spawn(LONG, tmp_path)
+    run_dir = tmp_path / RUN
+    wait_for(lambda: (run_dir / "tracking.json").exists(), proc)
+    try:
+        code, _, err = run_cli(LONG, tmp_path, capsys)
+        assert code == 2, err
+        assert f"in use by process {proc.pid}" in err and "hydra.run.dir=" in err
+        assert len(err.strip().splitlines()) == 2  # the message and its fix
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    # the lock of the killed process is taken over: a fresh start in the same directory works
+    code, _, err = run_cli([*LONG, "total_frames=2048", "resume=false"], tmp_path, capsys)
+    assert code == 0, err
+    assert summary_of(run_dir)["frames"] == 2048
+
+
+def test_divergence_stops_nonzero_and_keeps_the_last_finite_checkpoint(tmp_path, capsys):
+    sac = ["algo=sac", "env=pendulum", "collector.init_random_frames=200", "collector.frames_per_batch=200",
+           "checkpoint.interval_frames=400", "eval.episodes=1", "logger=csv", f"hydra.run.dir={RUN}"]
+    code, _, err = run_cli([*sac, "total_frames=400"], tmp_path, capsys)
+    assert code == 0, err
+    run_dir = tmp_path / RUN
+    good = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    code, _, err = run_cli([*sac, "total_frames=2000", "optim.lr=1e3", "resume_allow_changes=true"],
+                           tmp_path, capsys)
+    assert code == 3, err
+    assert "diverged" in err and "loss_" in err and "frame" in err
+    summary = summary_of(run_dir)
+    assert summary["status"] == "diverged" and "non-finite" in summary["stop_reason"]
+    assert "eval/episode_return" not in summary or math.isfinite(summary["eval/episode_return"])
+    kept = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert kept["frames"] == good["frames"] == 400  # never overwritten by the diverged state
+    assert all(torch.isfinite(v).all() for v in kept["loss"].values() if v.is_floating_point())
+
+
+def test_divergence_check_is_off_the_step_path(monkeypatch):
+    """One host sync per batch: the per-step part only ORs flags on the device."""
+    from rlrun.trainer.builtins import DivergenceGuard
+
+    loss = torch.nn.Linear(2, 1)
+    guard = DivergenceGuard(loss)
+    trainer = type("T", (), {"optimizer": None, "frames": 10, "diverged": None})()
+    trainer.diverge = lambda what: setattr(trainer, "diverged", what)
+
+    def no_sync(*a, **k):
+        raise AssertionError("host sync in the step path")
+
+    monkeypatch.setattr(torch.Tensor, "item", no_sync)
+    monkeypatch.setattr(torch.Tensor, "__bool__", no_sync)
+    for v in (1.0, float("nan"), 2.0):
+        guard.post_loss(trainer, None, {"loss_a": torch.tensor(v), "loss_b": torch.tensor(0.0)})
+    monkeypatch.undo()
+    guard.post_steps(trainer)
+    assert trainer.diverged == "non-finite loss_a in the batch ending at frame 10"
+
+
+@pytest.mark.parametrize("args", [
+    ["algo=a2c", "env=cartpole", "total_frames=1012"],          # 40-frame batches over 8 envs
+    ["algo=ppo", "env=cartpole", "total_frames=1100"],          # 1024-frame batches
+    ["algo=ppo_kl", "env=cartpole", "total_frames=1100"],
+    ["algo=dqn", "env=cartpole", "total_frames=1050", "collector.init_random_frames=1000"],
+    ["algo=sac", "env=pendulum", "total_frames=1310"],          # 200-frame batches after 1000 random
+    ["algo=td3", "env=pendulum", "total_frames=1101"],
+    ["algo=ddpg", "env=pendulum", "total_frames=1150"],
+])
+def test_every_algorithm_accepts_an_awkward_budget(args, tmp_path, capsys):
+    """The last batch is partial: it is collected and trained on (minibatches then take all its rows)."""
+    code, _, err = run_cli([*args, "logger=none", "eval.episodes=1", "eval.interval_frames=0",
+                            "hydra.run.dir=r"], tmp_path, capsys)
+    assert code == 0, err
+    summary = summary_of(tmp_path / "r")
+    total = int(args[2].split("=")[1])
+    num_envs = 8 if "env=cartpole" in args and args[0] in ("algo=a2c", "algo=ppo", "algo=ppo_kl") else 1
+    assert summary["status"] == "finished" and summary["frames"] == -(-total // num_envs) * num_envs
+    assert summary["optim_steps"] > 0
+
+
+def test_resume_with_a_changed_config_lists_it_and_needs_consent(tmp_path, capsys):
+    base = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "eval.episodes=1",
+            "hydra.run.dir=runs/a"]
+    code, _, err = run_cli([*base, "total_frames=512"], tmp_path, capsys)
+    assert code == 0, err
+    first = summary_of(tmp_path / "runs/a")
+    code, _, err = run_cli([*base, "total_frames=1024", "optim.lr=0.01"], tmp_path, capsys)
+    assert code == 2 and "optim.lr" in err and "resume_allow_changes=true" in err
+    # budgets may change; the start says where it resumes from
+    code, _, err = run_cli([*base, "total_frames=1024"], tmp_path, capsys)
+    assert code == 0 and "resuming from frame 512 of 1024" in err and "total_frames: 512 -> 1024" in err
+    assert summary_of(tmp_path / "runs/a")["mlflow_run_id"] == first["mlflow_run_id"]
+    # another directory's checkpoint continues into a new tracker run tagged with its origin
+    other = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "eval.episodes=1",
+             "hydra.run.dir=runs/b", "total_frames=1536", f"resume={tmp_path / 'runs/a'}"]
+    code, _, err = run_cli(other, tmp_path, capsys)
+    assert code == 0, err
+    b = summary_of(tmp_path / "runs/b")
+    assert b["frames"] == 1536 and b["mlflow_run_id"] != first["mlflow_run_id"]
+    tags = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(b["mlflow_run_id"]).data.tags
+    assert tags["resumed_from"].endswith("runs/a/checkpoint.pt") and tags["resumed_from_frame"] == "1024"
+
+
+def test_checkpoint_says_when_it_leaves_out_the_buffer(tmp_path, capsys):
+    sac = ["algo=sac", "env=pendulum", "total_frames=600", "collector.init_random_frames=200",
+           "collector.frames_per_batch=200", "eval.episodes=1", "logger=none", "hydra.run.dir=r",
+           "checkpoint.max_buffer_mb=0"]
+    code, _, err = run_cli(sac, tmp_path, capsys)
+    assert code == 0 and "leave out the replay buffer" in err
+    assert torch.load(tmp_path / "r/checkpoint.pt", weights_only=True)["buffer"] is None
+    code, _, err = run_cli([*sac, "total_frames=800"], tmp_path, capsys)
+    assert code == 0 and "holds no replay buffer" in err
+
+
+def test_tracking_file_names_the_run_from_the_start(tmp_path, capsys):
+    code, _, err = run_cli(["total_frames=512", "collector.frames_per_batch=256", "eval.episodes=1",
+                            "hydra.run.dir=r"], tmp_path, capsys)
+    assert code == 0, err
+    info = json.loads((tmp_path / "r/tracking.json").read_text())
+    assert info["run_id"] == summary_of(tmp_path / "r")["mlflow_run_id"]
+    assert not os.path.exists(tmp_path / "r/.checkpoint.pt.tmp")
