@@ -186,10 +186,7 @@ def _optim_steps(cfg: DictConfig, loss: Any, buffer_cfg: dict, fpb: int) -> int:
                               f"of {fpb} frames", key="trainer.optim_steps_per_epoch",
                               fix=f"remove it (derived: {cover}) or set it >= {cover}")
         return explicit if explicit is not None else cover
-    if explicit is not None:
-        if per_frame is not None:
-            raise ConfigError("set either trainer.optim_steps_per_epoch or trainer.updates_per_frame",
-                              key="trainer.optim_steps_per_epoch", fix="remove one of them")
+    if explicit is not None:  # an explicit count wins over the preset's ratio
         return explicit
     if per_frame is None:
         return 1
