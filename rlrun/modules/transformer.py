@@ -246,3 +246,66 @@ class ODTLoss(nn.Module):
 
     def update_targets(self) -> None:
         """No target networks."""
+
+
+class RollingContext:
+    """The last ``K`` steps of ``N`` parallel episodes, as a Decision Transformer acts on them.
+
+    Per env step: ``observe(obs)`` appends the step (return-to-go, observation, a zero
+    placeholder action, timestep) and returns the model inputs; after acting,
+    ``record(action, reward, done)`` stores the action, lowers the return-to-go by
+    ``reward / rtg_scale`` (the target return is conditioned on what is left), and
+    restarts the rows whose episode ended. All rows move together: no loop over envs.
+
+    Args:
+        num_envs: ``N``.
+        context: ``K``, the model's slice length.
+        obs_dim: Observation size.
+        action_dim: Action size.
+        target_return: Return conditioned on at each episode start (unscaled).
+        rtg_scale: Same scale as in training.
+        device: Where the tensors live.
+    """
+
+    def __init__(self, num_envs: int, context: int, obs_dim: int, action_dim: int, target_return: float,
+                 rtg_scale: float = 1.0, device: str | torch.device = "cpu"):
+        self.target = float(target_return) / float(rtg_scale)
+        self.rtg_scale = float(rtg_scale)
+        n, k = num_envs, context
+        self.return_to_go = torch.zeros(n, k, 1, device=device)
+        self.observation = torch.zeros(n, k, obs_dim, device=device)
+        self.action = torch.zeros(n, k, action_dim, device=device)
+        self.timestep = torch.zeros(n, k, dtype=torch.long, device=device)
+        self.mask = torch.zeros(n, k, dtype=torch.bool, device=device)
+        self._rtg = torch.full((n,), self.target, device=device)
+        self._t = torch.zeros(n, dtype=torch.long, device=device)
+
+    def _buffers(self) -> tuple[Tensor, ...]:
+        return self.return_to_go, self.observation, self.action, self.timestep, self.mask
+
+    def observe(self, obs: Tensor) -> tuple[Tensor, ...]:
+        """Appends the new step; returns ``(return_to_go, observation, action, timestep, mask)``."""
+        for buf in self._buffers():
+            buf.copy_(buf.roll(-1, dims=1))
+        self.return_to_go[:, -1, 0] = self._rtg
+        self.observation[:, -1] = obs.float()
+        self.action[:, -1] = 0.0
+        self.timestep[:, -1] = self._t
+        self.mask[:, -1] = True
+        return self._buffers()
+
+    def record(self, action: Tensor, reward: Tensor, done: Tensor | None = None) -> None:
+        """Stores the step's action and reward; rows with ``done`` start a new episode."""
+        self.action[:, -1] = action.float()
+        self._rtg -= reward.reshape(-1).float() / self.rtg_scale
+        self._t += 1
+        if done is not None:
+            self.reset(done.reshape(-1).bool())
+
+    def reset(self, rows: Tensor | None = None) -> None:
+        """Clears the context of ``rows`` (bool ``[N]``; all if None) and restores the target return."""
+        rows = torch.ones_like(self._t, dtype=torch.bool) if rows is None else rows
+        for buf in self._buffers():
+            buf.masked_fill_(rows.view(-1, *([1] * (buf.dim() - 1))), 0)
+        self._rtg = torch.where(rows, torch.full_like(self._rtg, self.target), self._rtg)
+        self._t = torch.where(rows, torch.zeros_like(self._t), self._t)
