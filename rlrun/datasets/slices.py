@@ -42,10 +42,12 @@ class TrajectorySliceSampler:
         slice_len: ``K``, steps per slice (the model's context).
         rtg_scale: Returns-to-go are divided by this (DT: 1000 for MuJoCo).
         seed: Seed of the sampler's own generator.
+        generator: Use this generator instead (shared across rebuilt samplers).
     """
 
     def __init__(self, observation: Tensor, action: Tensor, reward: Tensor, episode_start: Tensor,
-                 episode_length: Tensor, slice_len: int, rtg_scale: float = 1.0, seed: int = 0):
+                 episode_length: Tensor, slice_len: int, rtg_scale: float = 1.0, seed: int = 0,
+                 generator: torch.Generator | None = None):
         if slice_len < 1:
             raise ValueError(f"slice_len must be >= 1, got {slice_len}")
         if int(episode_length.min()) < 1:
@@ -58,7 +60,7 @@ class TrajectorySliceSampler:
         self.return_to_go = (returns_to_go(self.reward, self.episode_start, self.episode_length)
                              / self.rtg_scale).float()
         self.episode_prob = self.episode_length.double() / self.episode_length.sum()
-        self.generator = torch.Generator(device=observation.device).manual_seed(seed)
+        self.generator = generator or torch.Generator(device=observation.device).manual_seed(seed)
         self._offsets = torch.arange(self.slice_len, device=observation.device)
 
     @classmethod
@@ -112,3 +114,70 @@ class TrajectorySliceSampler:
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.generator.set_state(state["generator"])
+
+
+class TrajectoryBuffer:
+    """Whole episodes for online DT: seeded with a dataset's best episodes, refreshed FIFO.
+
+    As in the online DT reference: if the dataset has more episodes than ``capacity``,
+    the ``capacity`` highest-return ones are kept; new episodes then overwrite the
+    oldest slots in ring order. Returns-to-go of collected episodes come from their
+    actual rewards (hindsight relabelling), as for dataset episodes. Episodes are
+    added once per collection round, so ``sampler()`` rebuilds the flat storage then;
+    the per-update sampling stays vectorised.
+
+    Args:
+        capacity: Episodes kept.
+        slice_len: ``K`` of the slices.
+        rtg_scale: Returns-to-go divisor.
+        seed: Seed of the buffer's generator (kept across rebuilds).
+    """
+
+    def __init__(self, capacity: int, slice_len: int, rtg_scale: float = 1.0, seed: int = 0):
+        self.capacity, self.slice_len, self.rtg_scale = int(capacity), slice_len, rtg_scale
+        self.generator = torch.Generator().manual_seed(seed)
+        self.episodes: list[tuple[Tensor, Tensor, Tensor]] = []  # (observation, action, reward) each
+        self._next = 0
+        self._sampler: TrajectorySliceSampler | None = None
+
+    def seed_with(self, observation: Tensor, action: Tensor, reward: Tensor, episode_start: Tensor,
+                  episode_length: Tensor) -> None:
+        """Fills the buffer from flat episodes, keeping the ``capacity`` highest returns."""
+        ends = (episode_start + episode_length).tolist()
+        eps = [(observation[s:e], action[s:e], reward[s:e].reshape(-1))
+               for s, e in zip(episode_start.tolist(), ends)]
+        if len(eps) > self.capacity:
+            returns = torch.stack([r.double().sum() for _, _, r in eps])
+            keep = torch.argsort(returns, stable=True)[-self.capacity:].tolist()
+            eps = [eps[i] for i in keep]
+        self.episodes, self._next, self._sampler = eps, 0, None
+
+    def add(self, observation: Tensor, action: Tensor, reward: Tensor) -> None:
+        """Adds one collected episode (``[T, ...]`` each), overwriting the oldest when full."""
+        ep = (observation, action, reward.reshape(-1))
+        if len(self.episodes) < self.capacity:
+            self.episodes.append(ep)
+        else:
+            self.episodes[self._next] = ep
+            self._next = (self._next + 1) % self.capacity
+        self._sampler = None
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def sampler(self) -> TrajectorySliceSampler:
+        """A slice sampler over the current episodes, rebuilt after changes."""
+        if self._sampler is None:
+            if not self.episodes:
+                raise RuntimeError("the trajectory buffer is empty; seed it or add episodes first")
+            obs, act, rew = (torch.cat(x) for x in zip(*self.episodes))
+            length = torch.tensor([len(r) for _, _, r in self.episodes], device=obs.device)
+            start = torch.cumsum(length, 0) - length
+            if self.generator.device != obs.device:
+                self.generator = torch.Generator(device=obs.device).manual_seed(self.generator.initial_seed())
+            self._sampler = TrajectorySliceSampler(obs, act, rew, start, length, self.slice_len,
+                                                   self.rtg_scale, generator=self.generator)
+        return self._sampler
+
+    def sample(self, batch_size: int) -> TensorDict:
+        return self.sampler().sample(batch_size)

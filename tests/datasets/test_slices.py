@@ -93,3 +93,20 @@ def test_sample_is_seeded_and_state_round_trips():
     # every sampled valid step lies inside the episode its timestep claims
     valid = x["mask"]
     assert bool((x["timestep"][valid] >= 0).all())
+
+
+def test_trajectory_buffer_keeps_top_returns_then_replaces_oldest_with_hindsight_rtg():
+    from rlrun.datasets.slices import TrajectoryBuffer
+    obs, action, reward, start, lengths = storage()  # returns 3, 150, 600
+    buf = TrajectoryBuffer(capacity=2, slice_len=3, seed=0)
+    buf.seed_with(obs, action, reward, start, lengths)
+    assert [float(r.sum()) for _, _, r in buf.episodes] == [150.0, 600.0]  # the best two, ascending
+    # one collected episode of 2 steps with rewards 7, 1: overwrites slot 0 (oldest), rtg 8, 1
+    buf.add(torch.full((2, 2), 9.0), torch.zeros(2, 1), torch.tensor([7.0, 1.0]))
+    assert [float(r.sum()) for _, _, r in buf.episodes] == [8.0, 600.0]
+    td = buf.sampler().gather(torch.tensor([0]), torch.tensor([0]))
+    assert td["return_to_go"][0, :, 0].tolist() == [0.0, 8.0, 1.0]
+    assert td["mask"][0].tolist() == [False, True, True]
+    buf.add(torch.zeros(1, 2), torch.zeros(1, 1), torch.tensor([5.0]))  # next oldest: slot 1
+    assert [float(r.sum()) for _, _, r in buf.episodes] == [8.0, 5.0]
+    assert buf.sample(16)["observation"].shape == (16, 3, 2)
