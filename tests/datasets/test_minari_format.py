@@ -146,3 +146,21 @@ def test_missing_dataset_names_the_existing_ones(root):
 def test_episode_needs_the_final_observation():
     with pytest.raises(ValueError, match="final observation"):
         Episode(np.zeros((3, 1)), np.zeros((3, 1)), np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
+
+
+def test_file_reads_as_torchrl_minari_replay_reads_it(root):
+    # TorchRL's MinariExperienceReplay opens main_data.hdf5 with PersistentTensorDict.from_h5 and
+    # requires observations to have one row more than actions, rewards, terminations, truncations
+    from tensordict import PersistentTensorDict
+    episodes, env = collect("CartPole-v1", 2, seed=1, max_steps=10)
+    path = write_dataset("cartpole/trl-v0", episodes, env.observation_space, env.action_space)
+    h5 = PersistentTensorDict.from_h5(str(path / "data" / "main_data.hdf5"))
+    try:
+        assert sorted(h5.keys()) == ["episode_0", "episode_1"]
+        for ep, (_, group) in zip(episodes, sorted(h5.items())):
+            steps = group["actions"].shape[0]
+            assert steps == len(ep.rewards) and group["observations"].shape[0] == steps + 1
+            assert {k: group[k].shape[0] for k in ("rewards", "terminations", "truncations")} == {
+                "rewards": steps, "terminations": steps, "truncations": steps}
+    finally:
+        h5.close()
