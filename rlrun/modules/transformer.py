@@ -4,9 +4,11 @@ The model reads a trajectory slice as interleaved tokens
 ``(R_1, s_1, a_1, R_2, s_2, a_2, ...)`` (3K tokens): each modality has its own
 linear embedding, a learned timestep embedding is added to all three tokens of a
 step (the reference implementation removes GPT-2's positional embeddings; the
-timestep is the only position signal), then LayerNorm and GPT-2 style pre-LN
-blocks under a causal mask. The action ``a_t`` is predicted from the output at the
-state token ``s_t``, so it sees ``R_<=t, s_<=t, a_<t``.
+timestep is the only position signal, so evaluation may use a shorter context
+than training, as Table 9 does), then LayerNorm and GPT-2 style pre-LN blocks
+(ReLU MLPs, as the DT reference configures GPT-2) under a causal mask. The action
+``a_t`` is predicted from the output at the state token ``s_t``, so it sees
+``R_<=t, s_<=t, a_<t``.
 
 Left padding (``mask`` False) is excluded as attention key; every token may
 attend to itself, so padded queries never meet an empty row (their outputs are
@@ -48,15 +50,18 @@ class CausalSelfAttention(nn.Module):
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(b, n, h)))
 
 
-class Block(nn.Module):
-    """GPT-2 block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))`` (4x width, GELU)."""
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
-    def __init__(self, hidden: int, n_heads: int, dropout: float):
+
+class Block(nn.Module):
+    """GPT-2 block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))`` (4x width)."""
+
+    def __init__(self, hidden: int, n_heads: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.attn = CausalSelfAttention(hidden, n_heads, dropout)
-        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden),
-                                 nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), _ACTIVATIONS[activation](),
+                                 nn.Linear(4 * hidden, hidden), nn.Dropout(dropout))
 
     def forward(self, x: Tensor, allowed: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x), allowed)
@@ -76,16 +81,22 @@ class DecisionTransformer(nn.Module):
             timesteps use the last entry.
         dropout: Dropout on embeddings, attention and residuals (DT: 0.1).
         head: ``deterministic`` or ``tanh_normal``.
+        activation: Of the blocks' MLPs (the DT reference and Table 9: relu; GPT-2: gelu).
+        head_hidden: Hidden layers (ReLU) of the action head before its output layer
+            (Table 9: one of the embedding width).
         log_std_min: Lower log-std bound of the ``tanh_normal`` head.
         log_std_max: Upper log-std bound.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: int = 128, n_layers: int = 3,
                  n_heads: int = 1, max_timestep: int = 1000, dropout: float = 0.1,
-                 head: str = "deterministic", log_std_min: float = -5.0, log_std_max: float = 2.0):
+                 head: str = "deterministic", activation: str = "relu", head_hidden: tuple[int, ...] = (),
+                 log_std_min: float = -5.0, log_std_max: float = 2.0):
         super().__init__()
         if head not in ("deterministic", "tanh_normal"):
             raise ValueError(f"unknown head {head!r}; use deterministic or tanh_normal")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; use one of {', '.join(_ACTIVATIONS)}")
         self.obs_dim, self.action_dim, self.head = obs_dim, action_dim, head
         self.max_timestep, self.log_std_min, self.log_std_max = max_timestep, log_std_min, log_std_max
         self.embed_timestep = nn.Embedding(max_timestep, hidden)
@@ -94,9 +105,14 @@ class DecisionTransformer(nn.Module):
         self.embed_action = nn.Linear(action_dim, hidden)
         self.embed_ln = nn.LayerNorm(hidden)
         self.embed_drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(hidden, n_heads, dropout) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(hidden, n_heads, dropout, activation) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(hidden)
-        self.action_head = nn.Linear(hidden, action_dim * (2 if head == "tanh_normal" else 1))
+        layers: list[nn.Module] = []
+        dims = [hidden, *head_hidden]
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(dims[-1], action_dim * (2 if head == "tanh_normal" else 1)))
+        self.action_head = nn.Sequential(*layers)
         self.apply(self._init)
         for block in self.blocks:  # GPT-2: residual projections scaled by depth
             for proj in (block.attn.proj, block.mlp[2]):

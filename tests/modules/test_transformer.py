@@ -48,13 +48,16 @@ def run(m, td):
     return m(td["return_to_go"], td["observation"], td["action"], td["timestep"], td["mask"])
 
 
-@pytest.mark.parametrize("head,width", [("deterministic", ACT), ("tanh_normal", 2 * ACT)])
-def test_shapes_and_act(head, width):
-    m, td = model(head), inputs()
+@pytest.mark.parametrize("head,width,extra", [
+    ("deterministic", ACT, {}), ("tanh_normal", 2 * ACT, {}),
+    ("deterministic", ACT, {"head_hidden": (8,), "activation": "gelu"})])
+def test_shapes_and_act(head, width, extra):
+    m, td = model(head, **extra), inputs()
     out = run(m, td)
     assert out.shape == (B, K, width)
     a = m.act(td["return_to_go"], td["observation"], td["action"], td["timestep"], td["mask"])
     assert a.shape == (B, ACT) and bool((a.abs() < 1).all())
+    assert len(m.action_head) == 1 + 2 * len(extra.get("head_hidden", ()))
     if head == "tanh_normal":
         log_std = out[..., ACT:]
         assert bool((log_std >= -5.0).all()) and bool((log_std <= 2.0).all())
