@@ -1,0 +1,1 @@
+"""Offline RL datasets: minari-format storage, trajectory slices, D4RL score normalisation."""

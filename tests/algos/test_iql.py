@@ -1,0 +1,131 @@
+"""IQLLoss: every term against a float64 hand computation on fixed linear networks; gradient routing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlrun.algos.iql import IQLLoss, expectile_loss
+from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
+
+OBS = [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0], [0.5, 0.5]]
+ACT = [[0.5], [-0.9], [0.0], [0.2]]
+NEXT = [[2.0, 1.0], [-3.0, 0.0], [1.0, 1.0], [0.0, -1.0]]
+REW = [1.0, -2.0, 0.5, 0.25]
+TERM = [False, False, True, False]
+TRUNC = [False, False, False, True]  # truncated, not terminated: must still bootstrap
+
+# online Q_k(s, a) = QW[k] . (s, a) + QB[k]; the target keeps TQW/TQB (set before the online change)
+TQW, TQB = [[0.5, -1.0, 2.0], [1.0, 0.5, -1.0]], [0.1, -0.2]
+QW, QB = [[0.3, 0.2, 1.0], [-0.4, 0.7, 0.5]], [0.0, 0.3]
+VW, VB = [0.6, -0.3], -0.5
+# actor mean = AW . s + AB (then tanh for tanh_normal); log std column for tanh_normal
+AW, AB, LOG_STD = [0.4, -0.2], 0.1, -0.5
+
+
+def batch() -> TensorDict:
+    return TensorDict({
+        "observation": torch.tensor(OBS), "action": torch.tensor(ACT),
+        ("next", "observation"): torch.tensor(NEXT), ("next", "reward"): torch.tensor(REW)[:, None],
+        ("next", "terminated"): torch.tensor(TERM)[:, None],
+        ("next", "truncated"): torch.tensor(TRUNC)[:, None],
+    }, batch_size=[4])
+
+
+def set_q(critic: TwinQCritic, w, b) -> None:
+    with torch.no_grad():
+        critic.weights[0].copy_(torch.tensor(w)[:, :, None])
+        critic.biases[0].copy_(torch.tensor(b)[:, None, None])
+
+
+def build(head: str, **kw) -> IQLLoss:
+    out = 2 if head == "tanh_normal" else 1
+    net = nn.Linear(2, out)
+    with torch.no_grad():
+        net.weight.zero_(), net.bias.zero_()
+        net.weight[0] = torch.tensor(AW)
+        net.bias[0] = AB
+        if head == "tanh_normal":
+            net.bias[1] = LOG_STD  # state-independent through a zero weight row
+    actor = Actor(net, head, 1)
+    if head == "normal":
+        with torch.no_grad():
+            actor.log_std.fill_(LOG_STD)
+    critic = TwinQCritic(2, 1, [], "relu")
+    set_q(critic, TQW, TQB)
+    vnet = nn.Linear(2, 1)
+    with torch.no_grad():
+        vnet.weight.copy_(torch.tensor([VW])), vnet.bias.fill_(VB)
+    loss = IQLLoss(actor, critic, ValueCritic(vnet), **kw)
+    set_q(critic, QW, QB)  # online now differs from the target copy
+    return loss
+
+
+def lin(w, x, b):
+    return sum(wi * xi for wi, xi in zip(w, x)) + b
+
+
+def gauss_logp(x, mu, log_std):
+    return -0.5 * ((x - mu) / math.exp(log_std)) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
+
+
+@pytest.mark.parametrize("head", ["normal", "tanh_normal"])
+def test_iql_terms_by_hand(head):
+    gamma, tau_e, beta = 0.9, 0.7, 3.0
+    out = build(head, gamma=gamma, expectile=tau_e, beta=beta)(batch())
+    lv = lc = la = 0.0
+    for s, a, s2, r, term in zip(OBS, ACT, NEXT, REW, TERM):
+        sa = s + a
+        q_t = min(lin(TQW[0], sa, TQB[0]), lin(TQW[1], sa, TQB[1]))
+        v = lin(VW, s, VB)
+        u = q_t - v
+        lv += (tau_e if u >= 0 else 1 - tau_e) * u * u / 4
+        y = r + (0.0 if term else gamma * lin(VW, s2, VB))
+        lc += sum((lin(QW[k], sa, QB[k]) - y) ** 2 for k in range(2)) / 4
+        mu = lin(AW, s, AB)
+        if head == "normal":
+            logp = gauss_logp(a[0], mu, LOG_STD)
+        else:  # a = tanh(x), x ~ N(mu, std): density of a is N(atanh a) / (1 - a^2)
+            logp = gauss_logp(math.atanh(a[0]), mu, LOG_STD) - math.log(1 - a[0] ** 2)
+        la += -min(math.exp(beta * u), 100.0) * logp / 4
+    assert out["loss_value"].item() == pytest.approx(lv, rel=1e-5)
+    assert out["loss_critic"].item() == pytest.approx(lc, rel=1e-5)
+    assert out["loss_actor"].item() == pytest.approx(la, rel=1e-4)
+
+
+def test_advantage_weight_is_clipped_at_100():
+    loss = build("normal", beta=50.0)
+    out = loss(batch())
+    weights = [min(math.exp(50.0 * (min(lin(TQW[0], s + a, TQB[0]), lin(TQW[1], s + a, TQB[1]))
+                                    - lin(VW, s, VB))), 100.0) for s, a in zip(OBS, ACT)]
+    assert 100.0 in weights and min(weights) < 100.0  # the batch exercises both sides of the clip
+    assert out["awr_weight"].item() == pytest.approx(sum(weights) / 4, rel=1e-5)
+
+
+def test_expectile_loss_is_asymmetric():
+    d = torch.tensor([2.0, -2.0])
+    assert expectile_loss(d, 0.8).tolist() == pytest.approx([0.8 * 4, 0.2 * 4])
+
+
+def test_each_loss_reaches_only_its_network():
+    loss = build("tanh_normal")
+    out = loss(batch())
+    groups = loss.param_groups()
+    for term, owner in [("loss_value", "value"), ("loss_critic", "critic"), ("loss_actor", "actor")]:
+        for name, params in groups.items():
+            grads = torch.autograd.grad(out[term], params, retain_graph=True, allow_unused=True)
+            touched = any(g is not None and g.abs().sum() > 0 for g in grads)
+            assert touched == (name == owner), (term, name)
+    assert all(not p.requires_grad for p in loss.target_critic.parameters())
+
+
+def test_update_targets_moves_target_toward_online():
+    loss = build("normal", tau=0.25)
+    loss.update_targets()
+    w = loss.target_critic.weights[0][:, :, 0]
+    expected = [[0.75 * t + 0.25 * o for t, o in zip(tr, orow)] for tr, orow in zip(TQW, QW)]
+    assert torch.allclose(w, torch.tensor(expected))

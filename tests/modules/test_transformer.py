@@ -1,0 +1,257 @@
+"""Decision Transformer: causality, padding, shapes, DT/oDT losses by hand, a tiny overfit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlrun.modules.transformer import DecisionTransformer, DTLoss, ODTLoss, tanh_normal_log_prob
+
+OBS, ACT, K, B = 3, 2, 4, 2
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # One thread, as rlrun runs (config threads: 1): on a shared 2-core box more threads thrash.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def model(head="deterministic", **kw) -> DecisionTransformer:
+    torch.manual_seed(0)
+    m = DecisionTransformer(OBS, ACT, hidden=16, n_layers=2, n_heads=2, max_timestep=50, dropout=0.0,
+                            head=head, **kw)
+    return m.eval()
+
+
+def inputs(seed=1, pad=(0, 2)):
+    """A batch whose row b has ``pad[b]`` padded steps on the left."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(B, K, dtype=torch.bool)
+    for b, p in enumerate(pad):
+        mask[b, :p] = False
+    return TensorDict({
+        "return_to_go": torch.randn(B, K, 1, generator=g),
+        "observation": torch.randn(B, K, OBS, generator=g),
+        "action": torch.rand(B, K, ACT, generator=g) * 1.8 - 0.9,
+        "timestep": torch.arange(K).repeat(B, 1) + 3,
+        "mask": mask,
+    }, batch_size=[B, K])
+
+
+def run(m, td):
+    return m(td["return_to_go"], td["observation"], td["action"], td["timestep"], td["mask"])
+
+
+@pytest.mark.parametrize("head,width,extra", [
+    ("deterministic", ACT, {}), ("tanh_normal", 2 * ACT, {}),
+    ("deterministic", ACT, {"head_hidden": (8,), "activation": "gelu"})])
+def test_shapes_and_act(head, width, extra):
+    m, td = model(head, **extra), inputs()
+    out = run(m, td)
+    assert out.shape == (B, K, width)
+    a = m.act(td["return_to_go"], td["observation"], td["action"], td["timestep"], td["mask"])
+    assert a.shape == (B, ACT) and bool((a.abs() < 1).all())
+    assert len(m.action_head) == 1 + 2 * len(extra.get("head_hidden", ()))
+    if head == "tanh_normal":
+        log_std = out[..., ACT:]
+        assert bool((log_std >= -5.0).all()) and bool((log_std <= 2.0).all())
+
+
+def test_future_tokens_do_not_change_earlier_predictions():
+    m, td = model(), inputs(pad=(0, 0))
+    base = run(m, td)
+    t = 1
+    for key, pos in [("action", t), ("observation", t + 1), ("return_to_go", t + 1)]:
+        changed = td.clone()
+        changed[key][:, pos] += 5.0
+        out = run(m, changed)
+        # a_t is predicted from s_t: its own action and every later token are unseen
+        assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6), key
+        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:]), key  # later steps do see it
+    changed = td.clone()
+    changed["observation"][:, t] += 5.0
+    assert not torch.allclose(run(m, changed)[:, t], base[:, t])  # s_t itself is seen
+
+
+def test_padded_steps_change_neither_valid_predictions_nor_the_loss():
+    m, td = model(), inputs(pad=(1, 2))
+    base = run(m, td)
+    noisy = td.clone()
+    pad = ~td["mask"]
+    for key in ("return_to_go", "observation", "action"):
+        noisy[key][pad] = 100.0 * torch.randn_like(noisy[key][pad])
+    noisy["timestep"][pad] = 17
+    out = run(m, noisy)
+    assert torch.allclose(out[td["mask"]], base[td["mask"]], atol=1e-5)
+    assert DTLoss(m)(noisy)["loss_action"].item() == pytest.approx(DTLoss(m)(td)["loss_action"].item(),
+                                                                   rel=1e-5)
+    om = model("tanh_normal")
+    torch.manual_seed(4)
+    a = ODTLoss(om)(td)
+    torch.manual_seed(4)
+    b = ODTLoss(om)(noisy)
+    for key in ("loss_model", "nll", "entropy"):
+        assert a[key].item() == pytest.approx(b[key].item(), rel=1e-5), key
+
+
+def test_dt_loss_by_hand():
+    m, td = model(), inputs(pad=(0, 2))
+    pred = run(m, td).double().tolist()
+    act, mask = td["action"].double().tolist(), td["mask"].tolist()
+    total, count = 0.0, 0
+    for b in range(B):
+        for k in range(K):
+            if mask[b][k]:
+                total += sum((pred[b][k][j] - act[b][k][j]) ** 2 for j in range(ACT))
+                count += ACT
+    assert DTLoss(m)(td)["loss_action"].item() == pytest.approx(total / count, rel=1e-5)
+
+
+def test_odt_loss_and_temperature_by_hand():
+    m, td = model("tanh_normal"), inputs(pad=(1, 0))
+    loss = ODTLoss(m, init_temperature=0.1)
+    out_params = run(m, td).double()
+    torch.manual_seed(9)
+    out = loss(td)
+    torch.manual_seed(9)
+    noise = torch.randn(B, K, ACT, dtype=torch.float32).double().tolist()
+    mu, log_std = out_params[..., :ACT].tolist(), out_params[..., ACT:].tolist()
+    act, mask = td["action"].double().tolist(), td["mask"].tolist()
+    ll = ent = 0.0
+    n = 0
+    for b in range(B):
+        for k in range(K):
+            if not mask[b][k]:
+                continue
+            n += 1
+            for j in range(ACT):
+                m_, s_ = mu[b][k][j], math.exp(log_std[b][k][j])
+                u = math.atanh(act[b][k][j])
+                ll += (-0.5 * ((u - m_) / s_) ** 2 - math.log(s_) - 0.5 * math.log(2 * math.pi)
+                       - math.log(1 - math.tanh(u) ** 2))
+                x = m_ + s_ * noise[b][k][j]  # the reparameterised sample, squashed
+                ent -= (-0.5 * noise[b][k][j] ** 2 - math.log(s_) - 0.5 * math.log(2 * math.pi)
+                        - math.log(1 - math.tanh(x) ** 2))
+    ll, ent = ll / n, ent / n
+    assert out["nll"].item() == pytest.approx(-ll, rel=1e-4)
+    assert out["entropy"].item() == pytest.approx(ent, rel=1e-4)
+    assert out["loss_model"].item() == pytest.approx(-(ll + 0.1 * ent), rel=1e-4)
+    target = -float(ACT)
+    assert out["loss_temperature"].item() == pytest.approx(0.1 * (ent - target), rel=1e-4)
+    # gradient routing: the temperature loss moves only the temperature, the model loss never does
+    (g,) = torch.autograd.grad(out["loss_temperature"], [loss.log_temperature], retain_graph=True)
+    assert g.item() == pytest.approx(0.1 * (ent - target), rel=1e-4)
+    grads = torch.autograd.grad(out["loss_temperature"], list(m.parameters()), allow_unused=True,
+                                retain_graph=True)
+    assert all(x is None for x in grads)
+    (gm,) = torch.autograd.grad(out["loss_model"], [loss.log_temperature], allow_unused=True)
+    assert gm is None
+
+
+def test_tanh_normal_log_prob_matches_torch_transformed_distribution():
+    from torch.distributions import Normal, TanhTransform, TransformedDistribution
+    mu, log_std = torch.tensor([[0.3, -0.2]]), torch.tensor([[-0.5, 0.1]])
+    a = torch.tensor([[0.5, -0.7]])
+    d = TransformedDistribution(Normal(mu, log_std.exp()), [TanhTransform()])
+    assert tanh_normal_log_prob(mu, log_std, a).item() == pytest.approx(d.log_prob(a).sum().item(), rel=1e-5)
+
+
+def test_temperature_moves_toward_target_entropy():
+    m = model("tanh_normal")
+    loss = ODTLoss(m, init_temperature=0.1, target_entropy=-10.0)  # far below the initial entropy
+    opt = torch.optim.Adam([loss.log_temperature], lr=0.05)
+    td = inputs()
+    for _ in range(20):
+        opt.zero_grad()
+        loss(td)["loss_temperature"].backward()
+        opt.step()
+    assert loss.log_temperature.exp().item() < 0.1 * 0.5
+
+
+@pytest.mark.timeout(60)
+def test_tiny_dt_overfits_two_sequences():
+    torch.manual_seed(0)
+    m = DecisionTransformer(OBS, ACT, hidden=32, n_layers=2, n_heads=2, max_timestep=20, dropout=0.0)
+    loss = DTLoss(m)
+    td = inputs(seed=5, pad=(0, 1))
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    first = None
+    for _ in range(200):
+        out = loss(td)["loss_action"]
+        first = first if first is not None else out.item()
+        opt.zero_grad()
+        out.backward()
+        opt.step()
+    assert loss(td)["loss_action"].item() < 1e-3 < first
+
+
+def test_rolling_context_by_hand():
+    from rlrun.modules.transformer import RollingContext
+    ctx = RollingContext(num_envs=2, context=3, obs_dim=1, action_dim=1, target_return=10.0, rtg_scale=2.0)
+    rtg, obs, act, t, mask = ctx.observe(torch.tensor([[1.0], [2.0]]))
+    assert mask.tolist() == [[False, False, True]] * 2 and rtg[:, -1, 0].tolist() == [5.0, 5.0]
+    ctx.record(torch.tensor([[0.1], [0.2]]), torch.tensor([2.0, 4.0]), done=torch.tensor([False, True]))
+    rtg, obs, act, t, mask = ctx.observe(torch.tensor([[3.0], [4.0]]))
+    # env 0 continues: rtg 5 - 2/2 = 4; env 1 ended and restarted: one fresh step at the target
+    assert obs[0, :, 0].tolist() == [0.0, 1.0, 3.0] and obs[1, :, 0].tolist() == [0.0, 0.0, 4.0]
+    assert rtg[0, :, 0].tolist() == [0.0, 5.0, 4.0] and rtg[1, :, 0].tolist() == [0.0, 0.0, 5.0]
+    assert act[0, :, 0].tolist() == pytest.approx([0.0, 0.1, 0.0]) and act[1, :, 0].tolist() == [0.0] * 3
+    assert t.tolist() == [[0, 0, 1], [0, 0, 0]]
+    assert mask.tolist() == [[False, True, True], [False, False, True]]
+    for i in range(2):  # the window keeps the last K steps
+        ctx.record(torch.tensor([[0.0], [0.0]]), torch.tensor([0.0, 0.0]))
+        ctx.observe(torch.tensor([[5.0 + i], [0.0]]))
+    assert ctx.observation[0, :, 0].tolist() == [3.0, 5.0, 6.0] and ctx.timestep[0].tolist() == [1, 2, 3]
+
+
+def _target(s):
+    return 0.5 * s[..., 0] - 0.3 * s[..., 1]
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(90)
+def test_dt_conditioned_on_a_high_return_scores_higher_than_on_a_low_one():
+    """Episodes of 4 steps; behaviour a = t(s) + b with a per-episode offset b ~ U[0, 1], reward
+    -(a - t(s))^2. Returns reveal b, so the return-to-go tells the model which offset to play."""
+    from rlrun.datasets.slices import TrajectorySliceSampler
+    from rlrun.modules.transformer import RollingContext
+    g = torch.Generator().manual_seed(0)
+    episodes, length = 400, 4
+    s = torch.rand(episodes, length, 2, generator=g) * 2 - 1
+    b = torch.rand(episodes, 1, generator=g)
+    a = (_target(s) + b).clamp(-1, 1)
+    r = -(a - _target(s)) ** 2
+    sampler = TrajectorySliceSampler(s.reshape(-1, 2), a.reshape(-1, 1), r.reshape(-1),
+                                     torch.arange(episodes) * length, torch.full((episodes,), length),
+                                     slice_len=length, seed=0)
+    torch.manual_seed(0)
+    m = DecisionTransformer(2, 1, hidden=32, n_layers=2, n_heads=2, max_timestep=length, dropout=0.0)
+    loss, opt = DTLoss(m), torch.optim.AdamW(m.parameters(), lr=3e-3)
+    for _ in range(300):
+        out = loss(sampler.sample(64))["loss_action"]
+        opt.zero_grad()
+        out.backward()
+        opt.step()
+
+    def rollout(target_return):
+        n = 256
+        ctx = RollingContext(n, length, 2, 1, target_return)
+        states = torch.rand(n, length, 2, generator=torch.Generator().manual_seed(1)) * 2 - 1
+        total = torch.zeros(n)
+        with torch.no_grad():
+            for step in range(length):
+                action = m.act(*ctx.observe(states[:, step]))
+                reward = -(action[:, 0] - _target(states[:, step])) ** 2
+                ctx.record(action, reward)
+                total += reward
+        return float(total.mean())
+
+    data_mean = float(r.sum(1).mean())  # -1.05 (measured: high -0.01, low -2.72)
+    high, low = rollout(0.0), rollout(-3.0)
+    assert high > data_mean + 0.5 and high > low + 1.0, (high, low, data_mean)
