@@ -2,7 +2,7 @@
 
 * SAC at HalfCheetah shapes (obs 17, action 6, 256x256 ReLU, batch 256):
   rlrun's ``SACLoss`` + ``OptimizerStep(loss.param_groups())`` +
-  ``loss.update_targets()`` (as ``rlrun/run.py`` wires them) against a
+  ``loss.update_targets()`` + the divergence check (as a run wires them) against a
   CleanRL-like step: two ``nn.Sequential`` Q nets, three Adams (critic, actor,
   temperature), three backward passes, polyak with ``torch._foreach_lerp_``.
 * PPO epoch at CartPole shapes (obs 4, 2 actions, 64x64 tanh, 2048 samples,
@@ -30,6 +30,7 @@ from rlrun.algos.sac import SACLoss
 from rlrun.benchmarks.common import interleave, median, ratio, table
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q
+from rlrun.trainer.builtins import DivergenceGuard
 from rlrun.trainer.optim import OptimizerStep
 
 OBS, ACT, BATCH, POOL = 17, 6, 256, 16
@@ -47,17 +48,29 @@ def sac_batches(seed: int = 0) -> list[TensorDict]:
     }, batch_size=[BATCH]) for _ in range(POOL)]
 
 
-def rlrun_sac(batches: list[TensorDict]) -> Callable[[int], None]:
-    """rlrun's SAC update, wired as ``rlrun/run.py`` and the target_update hook do."""
+def rlrun_sac(batches: list[TensorDict], check: bool = True) -> Callable[[int], None]:
+    """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check)."""
     spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
-    loss = SACLoss(actor_twin_q(spec), ACT)
+    loss = SACLoss(actor_twin_q(spec), spec, gamma=0.99)
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0)
+    guard, trainer = _guard(loss, optim)
 
     def steps(n: int) -> None:
         for i in range(n):
-            optim.step(loss(batches[i % POOL]))
+            losses = loss(batches[i % POOL])
+            if check:
+                guard.post_loss(trainer, None, losses)
+            optim.step(losses)
             loss.update_targets()
+        if check:
+            guard.post_steps(trainer)  # once per collected batch in a run
     return steps
+
+
+def _guard(loss: nn.Module, optim: OptimizerStep) -> tuple[DivergenceGuard, object]:
+    """The divergence check as every run wires it: flags per step, one sync per batch."""
+    trainer = type("Trainer", (), {"optimizer": optim, "frames": 0, "diverge": lambda self, what: None})()
+    return DivergenceGuard(loss), trainer
 
 
 def _mlp(sizes: list[int], act: type[nn.Module]) -> nn.Sequential:
@@ -135,11 +148,15 @@ def rlrun_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], None]:
     loss = PPOLoss(actor_critic(spec, hidden=[64, 64], activation="tanh"))
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, max_grad_norm=0.5, eps=1e-5,
                           weight_decay=0.0)
+    guard, trainer = _guard(loss, optim)
 
     def epochs(n: int) -> None:
         for _ in range(n):
             for idx in torch.randperm(batch.shape[0]).split(minibatch):
-                optim.step(loss(batch[idx]))
+                losses = loss(batch[idx])
+                guard.post_loss(trainer, None, losses)
+                optim.step(losses)
+        guard.post_steps(trainer)
     return epochs
 
 
@@ -184,7 +201,10 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
             ("SAC update (HalfCheetah shapes)", "updates/s", sac_n, rlrun_sac(batches),
              handwritten_sac(batches)),
             ("PPO epoch (CartPole shapes, 32 minibatches)", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
-             handwritten_ppo(ppo_batch))):
+             handwritten_ppo(ppo_batch)),
+            # the divergence check's own cost: rlrun with it over rlrun without it
+            ("SAC update, divergence check on / off", "updates/s", sac_n, rlrun_sac(batches),
+             rlrun_sac(batches, check=False))):
         times = interleave({"rlrun": lambda rl=rl, n=n: rl(n), "hand": lambda hand=hand, n=n: hand(n)},
                            reps)
         r = ratio(times["hand"], times["rlrun"])
