@@ -21,6 +21,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from rlrun.modules.networks import ACTIVATIONS
 
@@ -99,6 +100,45 @@ class GroupMLP(nn.Module):
             if i < last:
                 x = self.act(x)
         return x
+
+
+class GroupActor(nn.Module):
+    """A policy per agent: a (decentralised) ``GroupMLP`` and a distribution head.
+
+    Args:
+        net: Maps ``[..., n_agents, obs_dim]`` to logits (``"categorical"``) or means
+            (``"normal"``, with a state-independent log std per action dim shared by agents).
+        head: ``"categorical"`` or ``"normal"``.
+        action_dim: Number of actions or action size.
+        init_log_std: Initial log std of the normal head.
+    """
+
+    def __init__(self, net: GroupMLP, head: str, action_dim: int, init_log_std: float = 0.0):
+        super().__init__()
+        if head not in ("categorical", "normal"):
+            raise ValueError(f"unknown group actor head {head!r}")
+        self.net, self.head = net, head
+        if head == "normal":
+            self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
+
+    def dist(self, obs: Tensor) -> Distribution:
+        """The joint-over-action-dims distribution with batch shape ``[..., n_agents]``."""
+        out = self.net(obs.float())
+        if self.head == "categorical":
+            return Categorical(logits=out, validate_args=False)
+        return Independent(Normal(out, self.log_std.exp().expand_as(out), validate_args=False), 1,
+                           validate_args=False)
+
+    def explore(self, obs: Tensor) -> dict[str, Tensor]:
+        """A sampled action per agent and its log-probability ``[..., n_agents]``."""
+        d = self.dist(obs)
+        action = d.sample()
+        return {"action": action, "sample_log_prob": d.log_prob(action)}
+
+    def act(self, obs: Tensor) -> Tensor:
+        """The mode per agent (argmax or mean)."""
+        out = self.net(obs.float())
+        return out.argmax(-1) if self.head == "categorical" else out
 
 
 class CentralisedQ(nn.Module):
