@@ -136,7 +136,7 @@ class VmasEnv:
                                   fix="use a VMAS scenario name, e.g. navigation, balance, sampling")
         self.env = vmas.make_env(scenario, num_envs=num_envs, device=device,
                                  continuous_actions=continuous_actions, max_steps=max_steps, seed=seed,
-                                 terminated_truncated=True, clamp_actions=True, n_agents=n_agents,
+                                 terminated_truncated=True, clamp_actions=False, n_agents=n_agents,
                                  **scenario_kwargs)
         self.scenario, self.num_envs = scenario, num_envs
         self.device = torch.device(device)
@@ -149,12 +149,17 @@ class VmasEnv:
         if not continuous_actions and discrete_actions == 5:
             self._check_nine_actions()
             self._to_vmas = torch.tensor(_FIVE_TO_NINE, device=self.device)
-        self._scale = self._offset = None
-        if self._rescale:
+        # Continuous actions are clamped here, once for all agents, instead of by VMAS per agent
+        # (clamp_actions=False): VMAS asserts that actions are within each agent's range.
+        self._scale = self._offset = self._low = self._high = None
+        if continuous_actions:
             low, high = (torch.stack([torch.as_tensor(getattr(s, b)) for s in self.env.action_space])
-                         .to(self.device) for b in ("low", "high"))
-            if not (torch.equal(low, -torch.ones_like(low)) and torch.equal(high, torch.ones_like(high))):
-                self._scale, self._offset = (high - low) / 2, (high + low) / 2  # [n_agents, action_dim]
+                         .to(self.device) for b in ("low", "high"))  # [n_agents, action_dim]
+            unit = torch.equal(low, -torch.ones_like(low)) and torch.equal(high, torch.ones_like(high))
+            if self._rescale and not unit:
+                self._scale, self._offset = (high - low) / 2, (high + low) / 2
+            if not unit:
+                self._low, self._high = low, high
 
     def _spec(self, discrete_actions: int) -> MultiAgentSpec:
         obs_shapes = {tuple(s.shape) for s in self.env.observation_space}
@@ -201,7 +206,9 @@ class VmasEnv:
     def _vmas_actions(self, action: Tensor) -> list[Tensor]:
         if self.continuous:
             if self._scale is not None:
-                action = action.clamp(-1.0, 1.0) * self._scale + self._offset
+                action = action * self._scale + self._offset
+            # bounds as tensors make the clamp exact (a rescaled 1.0 may land an ulp outside)
+            action = action.clamp(-1.0, 1.0) if self._low is None else action.clamp(self._low, self._high)
         else:
             if self._to_vmas is not None:
                 action = self._to_vmas[action]

@@ -6,7 +6,7 @@ Every module works on tensors with an agent dim second to last,
 - ``GroupMLP`` with ``share_params=True`` is one MLP broadcast over agents;
   with ``share_params=False`` each agent has its own weights, stacked into
   ``[n_agents, in, out]`` tensors so one batched matmul per layer runs every
-  agent (no Python loop over agents; ``python -m rlrun.benchmarks.group_mlp``
+  agent (no Python loop over agents; ``python -m rlrun.benchmarks marl_parts``
   compares the variants).
 - ``centralised=True`` feeds every agent's network with all agents' inputs
   concatenated (MAPPO's critic, MADDPG's Q); ``False`` gives each agent only

@@ -4,9 +4,9 @@ Group data is laid out ``[*env, time, n_agents]`` (the agent dim after time) whi
 ``gae``'s kernel runs along the last dim. ``gae`` already accepts any leading
 dims, so the agent dim is moved in front of time (a view) and the shared
 ``terminated``/``done`` flags are broadcast over agents (a stride-0 view). The
-kernel needs contiguous rows, so these views are copied once per call: on the
-paper's batch (600 envs x 100 steps x 3 agents) the copies cost about what the
-kernel does; ``python -m rlrun.benchmarks.marl_gae`` measures both layouts.
+kernel needs contiguous rows, so these views are copied once per call (five
+inputs in, two outputs moved back as views); ``python -m rlrun.benchmarks
+marl_parts`` measures that against data stored agent-major ``[*env, n_agents, T]``.
 """
 
 from __future__ import annotations

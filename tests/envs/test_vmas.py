@@ -30,9 +30,10 @@ class CounterScenario(BaseScenario):
 
     def make_world(self, batch_dim: int, device: torch.device, **kwargs) -> World:
         self.n = kwargs.pop("n_agents", 2)
+        u_range = kwargs.pop("u_range", 1.0)
         world = World(batch_dim, device)
         for i in range(self.n):
-            world.add_agent(Agent(name=f"agent_{i}", collide=False))
+            world.add_agent(Agent(name=f"agent_{i}", collide=False, u_range=u_range))
         self.t = torch.zeros(batch_dim, device=device)
         self.limit = torch.tensor(self.terminate_at, dtype=torch.float32, device=device)
         self.resets = torch.zeros(batch_dim, device=device)
@@ -199,6 +200,18 @@ def test_continuous_actions_are_rescaled_from_unit_range_and_clipped():
     env.step(torch.tensor([[[0.5, -2.0], [1.0, 0.0], [-0.25, 3.0]]]))
     got = torch.stack([a.action.u[0] for a in env.env.agents])
     torch.testing.assert_close(got, 0.7 * torch.tensor([[0.5, -1.0], [1.0, 0.0], [-0.25, 1.0]]))
+
+
+@pytest.mark.parametrize("rescale", [True, False])
+def test_actions_are_mapped_onto_a_non_unit_range_and_clamped(rescale):
+    env = VmasEnv(CounterScenario([0]), num_envs=1, seed=0, n_agents=2, u_range=[2.0, 0.5],
+                  rescale_actions=rescale)
+    assert (env.spec.action_low, env.spec.action_high) == ((-1.0, 1.0) if rescale else (-2.0, 2.0))
+    env.reset()
+    env.step(torch.tensor([[[1.0, 0.5], [-3.0, -0.25]]]))
+    got = torch.stack([a.action.u[0] for a in env.env.agents])
+    expected = [[2.0, 0.25], [-2.0, -0.125]] if rescale else [[1.0, 0.5], [-2.0, -0.25]]
+    torch.testing.assert_close(got, torch.tensor(expected))
 
 
 def test_bad_settings_raise_config_errors():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from rlrun.modules.multiagent import CentralisedQ, GroupMLP, QMixer, VDNMixer
+from rlrun.modules.multiagent import CentralisedQ, GroupActor, GroupMLP, QMixer, VDNMixer
 
 N, F, OUT, HIDDEN = 3, 5, 2, [7, 6]
 
@@ -134,3 +136,24 @@ def test_qmix_and_vdn_keep_leading_batch_dims():
     q, s = torch.randn(7, 4, N), torch.randn(7, 4, 10)
     assert QMixer(N, 10)(q, s).shape == (7, 4)
     assert VDNMixer()(q).shape == (7, 4)
+
+
+def test_group_actor_samples_per_agent_and_scores_them_with_its_own_distribution():
+    torch.manual_seed(0)
+    normal = GroupActor(GroupMLP(N, F, 2, HIDDEN, share_params=False), "normal", 2, init_log_std=-1.0)
+    obs = torch.randn(6, N, F)
+    out = normal.explore(obs)
+    assert out["action"].shape == (6, N, 2) and out["sample_log_prob"].shape == (6, N)
+    mean, std = normal.net(obs), math.exp(-1.0)
+    half_log_2pi = 0.5 * math.log(2 * math.pi)
+    by_hand = (-(out["action"] - mean) ** 2 / (2 * std ** 2) - math.log(std) - half_log_2pi).sum(-1)
+    torch.testing.assert_close(out["sample_log_prob"], by_hand)
+    torch.testing.assert_close(normal.act(obs), mean)
+
+    categorical = GroupActor(GroupMLP(N, F, 5, HIDDEN), "categorical", 5)
+    out = categorical.explore(obs)
+    assert out["action"].shape == (6, N) and out["action"].dtype == torch.long
+    logits = categorical.net(obs)
+    torch.testing.assert_close(out["sample_log_prob"],
+                               logits.log_softmax(-1).gather(-1, out["action"][..., None]).squeeze(-1))
+    torch.testing.assert_close(categorical.act(obs), logits.argmax(-1))
