@@ -48,9 +48,10 @@ def test_marl_parts_references_compute_what_rlrun_computes():
         torch.testing.assert_close(outs[ref], outs["rlrun"])
     cases = marl_parts.gae_cases(5, 40)
     adv, target = cases["rlrun"]()
-    adv_ref, target_ref = cases["agent_major"]()
-    torch.testing.assert_close(adv, adv_ref.transpose(1, 2))
-    torch.testing.assert_close(target, target_ref.transpose(1, 2))
+    for ref in ("agent_major", "moved_copy"):
+        adv_ref, target_ref = cases[ref]()
+        torch.testing.assert_close(adv, adv_ref.transpose(1, 2))
+        torch.testing.assert_close(target, target_ref.transpose(1, 2))
 
 
 def test_vmas_benchmark_sides_step_the_same_env():
