@@ -6,8 +6,10 @@ Every module works on tensors with an agent dim second to last,
 - ``GroupMLP`` with ``share_params=True`` is one MLP broadcast over agents;
   with ``share_params=False`` each agent has its own weights, stacked into
   ``[n_agents, in, out]`` tensors so one batched matmul per layer runs every
-  agent (no Python loop over agents; ``python -m rlrun.benchmarks marl_parts``
-  compares the variants).
+  agent: one kernel per layer instead of one per agent and layer, which is
+  what counts on a GPU. On CPU (1 thread, 3 agents, 256x256, forward +
+  backward) a Python loop of per-agent ``addmm`` measured 7-12% faster and
+  ``torch.func.vmap`` about the same (``python -m rlrun.benchmarks marl_parts``).
 - ``centralised=True`` feeds every agent's network with all agents' inputs
   concatenated (MAPPO's critic, MADDPG's Q); ``False`` gives each agent only
   its own (IPPO's critic, every actor).
