@@ -144,6 +144,23 @@ def test_only_ended_envs_are_reset_and_next_obs_keeps_the_final_observation():
     torch.testing.assert_close(out.state[0], out.obs[0].flatten())
 
 
+class StateScenario(CounterScenario):
+    """A scenario with its own global state: ``[t, 10 * t]`` per env."""
+
+    def state(self) -> torch.Tensor:
+        return torch.stack([self.t, 10 * self.t], dim=-1)
+
+
+def test_a_scenario_state_is_used_and_kept_final_for_ended_envs():
+    env = VmasEnv(StateScenario([2, 0]), num_envs=2, max_steps=None, seed=0, n_agents=2)
+    assert env.spec.state_shape == (2,)
+    env.reset()
+    env.step(zeros(env))
+    out = env.step(zeros(env))  # env 0 terminates at t=2 and is reset
+    torch.testing.assert_close(out.next_state, torch.tensor([[2.0, 20.0], [2.0, 20.0]]))
+    torch.testing.assert_close(out.state, torch.tensor([[0.0, 0.0], [2.0, 20.0]]))
+
+
 def test_all_envs_ending_together_reset_in_one_batched_call():
     env = counter_env([0, 0, 0], max_steps=2)
     scenario = env.env.scenario
