@@ -144,7 +144,7 @@ class MultiAgentQLoss(nn.Module):
 
     def update_targets(self) -> None:
         polyak_update(self.target_qnet, self.qnet, self.tau)
-        if self.mixer is not None:
+        if self.mixer is not None and any(True for _ in self.mixer.parameters()):  # VDN has none
             polyak_update(self.target_mixer, self.mixer, self.tau)
 
 

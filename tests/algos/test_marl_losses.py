@@ -155,6 +155,13 @@ def test_q_loss_gradients_reach_the_qnet_and_mixer_but_not_the_targets():
     assert all(p.grad is None for p in loss.target_mixer.parameters())
 
 
+@pytest.mark.parametrize("mixer", [None, VDNMixer()], ids=["iql", "vdn"])
+def test_update_targets_works_without_mixer_parameters(mixer):
+    loss = q_loss(mixer, double=True)
+    loss.update_targets()
+    torch.testing.assert_close(loss.target_qnet.biases[0], loss.qnet.biases[0], rtol=0, atol=0)
+
+
 def test_update_targets_copies_qnet_and_mixer():
     loss = q_loss(QMixer(2, state_dim=3), double=True)
     loss.update_targets()  # tau = 1: hard copy
