@@ -28,8 +28,8 @@ the collector shuts every worker down and raises :class:`WorkerError` in the
 main process (the run then ends with its usual checkpoint-on-exit path).
 Restarting a worker silently would hide a broken env. No orphans: workers exit
 on ``shutdown()`` (context manager, ``atexit``, errors, ``__del__``), get
-SIGKILL from the kernel when the main process dies (``PR_SET_PDEATHSIG`` on
-Linux) and, elsewhere, notice a changed parent pid within a second.
+exit at once when the main process dies, however it died (a watchdog thread
+on the parent sentinel; ``PR_SET_PDEATHSIG`` too on Linux with ``spawn``).
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from multiprocessing.connection import wait
 from typing import Any
 
 import cloudpickle
@@ -68,8 +70,19 @@ class WorkerError(RuntimeError):
 
 # ---------------------------------------------------------------- worker side
 
-def _die_with_parent() -> None:
-    """Asks Linux to SIGKILL this process when its parent dies (no-op elsewhere)."""
+def _die_with_main_process() -> None:
+    """Ends this worker as soon as the main process dies, whatever killed it.
+
+    A watchdog thread blocks on multiprocessing's parent sentinel (a pipe whose
+    other end only the main process holds: EOF = the main process is gone). The
+    OS parent is no use with a forkserver: it is the server, which itself waits
+    for every worker to exit. ``PR_SET_PDEATHSIG`` adds the kernel's guarantee
+    for ``spawn`` workers, whose OS parent is the main process.
+    """
+    parent = mp.parent_process()
+    if parent is not None:
+        threading.Thread(target=lambda: (wait([parent.sentinel]), os._exit(1)), daemon=True,
+                         name="rlrun-parent-watchdog").start()
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
@@ -103,8 +116,7 @@ def _pull_weights(shared: dict[str, Tensor], local: dict[str, Tensor], seq: Tens
 
 def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Module, method: str,
             options: dict, seq: Tensor, cmd_q: Any, res_q: Any) -> None:
-    _die_with_parent()
-    parent = os.getppid()  # the main process (spawn) or the forkserver, which exits with it
+    _die_with_main_process()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the main process decides
     env = None
     try:
@@ -122,12 +134,7 @@ def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Mod
         res_q.put(("spec", index, _spec(env, policy)))
         slots: dict[str, Tensor] = {}
         while True:
-            try:
-                cmd = cmd_q.get(timeout=1.0)
-            except queue.Empty:
-                if os.getppid() != parent:
-                    return
-                continue
+            cmd = cmd_q.get()
             kind = cmd[0]
             if kind == "slots":
                 slots = cmd[1]
@@ -156,8 +163,6 @@ def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Mod
                                       "generator": torch.from_numpy(state["generator"])})
                 torch.set_rng_state(torch.from_numpy(state["torch_rng"]))
                 res_q.put(("ack", index))
-            elif kind == "crash":  # for tests: an env or policy error in a worker
-                raise RuntimeError(cmd[1])
             elif kind == "close":
                 return
     except BaseException:
@@ -253,6 +258,7 @@ class MultiCollector:
         self._lengths: list[int] = []
         self._pending: deque = deque()  # rollouts received while waiting for something else
         self._inflight = 0
+        self._last_check = time.monotonic()
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             # the server imports torch, tensordict and gymnasium once; each worker is then a fork of it
@@ -463,14 +469,18 @@ class MultiCollector:
 
     def _wait(self, kind: str) -> tuple:
         """The next message of ``kind``; raises WorkerError if a worker failed or went silent."""
-        if kind == "rollout" and self._pending:
-            return self._pending.popleft()
         start = time.monotonic()
         while True:
+            # liveness is checked on a clock, not only when the queue is quiet: in async mode one
+            # worker's steady rollouts must not hide another's death
+            if time.monotonic() - self._last_check >= self.poll_s:
+                self._check_workers(start)
+                self._last_check = time.monotonic()
+            if kind == "rollout" and self._pending:
+                return self._pending.popleft()
             try:
                 msg = self._res_q.get(timeout=self.poll_s)
             except queue.Empty:
-                self._check_workers(start)
                 continue
             if msg[0] == "error":
                 self._fail(f"collector worker {msg[1]} (pid {self._procs[msg[1]].pid}) failed:\n{msg[2]}")
