@@ -59,6 +59,7 @@ from torch import Tensor, nn
 
 from rlrun.collectors import SyncCollector
 from rlrun.errors import ConfigError
+from rlrun.registry import register
 
 SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 ASYNC_SLOTS = 2
@@ -514,3 +515,54 @@ class MultiCollector:
     def _fail(self, message: str) -> None:
         self.shutdown()
         raise WorkerError(message)
+
+
+def _make(mode: str, env, actor, frames_per_batch: int, total_frames: int, workers: int,
+          init_random_frames: int, reward_scale: float, reward_clip: str | None, explore: bool,
+          exploration, seed: int, device: str, start_method: str, timeout_s: float) -> MultiCollector:
+    if exploration is not None:
+        raise ConfigError("multi-process collectors act with the actor's own sampling; exploration noise "
+                          "components run in the main process only", key="collector.name",
+                          fix="use collector=sync with exploration, or an algorithm with a stochastic actor")
+    if reward_clip not in (None, "sign"):
+        raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="collector.reward_clip",
+                          fix="use null or sign")
+    env_fn = getattr(env, "factory", None)
+    if env_fn is None:
+        raise ConfigError(f"{type(env).__name__} cannot be rebuilt in a worker (no .factory)", key="env.name",
+                          fix="use a GymVecEnv-based env (env=gym or env=atari)")
+    # run.py built `env` for its spec and closes it itself; each worker builds its own from env.factory
+    return MultiCollector(env_fn, actor, frames_per_batch, total_frames, workers, mode,
+                          "explore" if explore else "act", init_random_frames, reward_scale, reward_clip,
+                          seed, device, auto_update_weights=True, start_method=start_method,
+                          timeout_s=timeout_s)
+
+
+@register("collector", "multi_sync")
+def make_multi_sync_collector(env, actor, frames_per_batch: int, total_frames: int, workers: int = 2,
+                              init_random_frames: int = 0, reward_scale: float = 1.0,
+                              reward_clip: str | None = None, explore: bool = True, exploration=None,
+                              seed: int = 0, device: str = "cpu", start_method: str = "forkserver",
+                              timeout_s: float = 600.0) -> MultiCollector:
+    """Worker processes, each with its own copy of the env; every batch is all workers' rollouts.
+
+    The actor's weights are pushed to the workers before every batch, so each
+    batch comes from the current policy (on-policy algorithms as with ``sync``).
+    """
+    return _make("sync", env, actor, frames_per_batch, total_frames, workers, init_random_frames,
+                 reward_scale, reward_clip, explore, exploration, seed, device, start_method, timeout_s)
+
+
+@register("collector", "multi_async")
+def make_multi_async_collector(env, actor, frames_per_batch: int, total_frames: int, workers: int = 2,
+                               init_random_frames: int = 0, reward_scale: float = 1.0,
+                               reward_clip: str | None = None, explore: bool = True, exploration=None,
+                               seed: int = 0, device: str = "cpu", start_method: str = "forkserver",
+                               timeout_s: float = 600.0) -> MultiCollector:
+    """Worker processes collecting without waiting; each batch is one worker's rollout, as it arrives.
+
+    Batches carry the policy version that collected them (for off-policy
+    corrections such as V-trace); weights are pushed after every batch.
+    """
+    return _make("async", env, actor, frames_per_batch, total_frames, workers, init_random_frames,
+                 reward_scale, reward_clip, explore, exploration, seed, device, start_method, timeout_s)

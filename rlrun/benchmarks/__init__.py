@@ -9,4 +9,4 @@ GAE, update), or back to back in child processes (end to end, against
 Stable-Baselines3), so that the numbers survive a shared, noisy machine.
 """
 
-BENCHMARKS = ("collection", "gae", "update", "end_to_end")
+BENCHMARKS = ("collection", "gae", "update", "end_to_end", "table5")

@@ -18,6 +18,7 @@ final observations and evaluation, which an observation wrapper cannot do for
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,10 @@ class GymVecEnv:
         _check_id(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
         self.id, self.num_envs = id, num_envs
+        # rebuilds this env in another process (multi-process collectors pickle it with cloudpickle)
+        self.factory = functools.partial(GymVecEnv, id, num_envs, vectorization, max_episode_steps,
+                                         rescale_actions, clip_actions, extra_wrappers, make_kwargs,
+                                         life_loss_terminal)
         self.life_loss_terminal = life_loss_terminal
         self.life_lost = np.zeros(num_envs, dtype=bool)
         self._lives: np.ndarray | None = None
