@@ -43,3 +43,7 @@ class BiasPolicy(nn.Module):
         n = obs.shape[0]
         return {"action": self.logits.argmax().expand(n).clone(),
                 "value": self.logits.max().expand(n).clone()}
+
+    def explore(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """An actor's sampling method, as registered collectors call it (here: the same action)."""
+        return self.forward(obs)
