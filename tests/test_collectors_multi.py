@@ -19,6 +19,7 @@ import pytest
 import torch
 from collector_fakes import MAX_STEPS, BiasPolicy, ExplodingEnv, counter_env
 
+from rlrun.collector_protocol import Collector
 from rlrun.collectors import SyncCollector
 from rlrun.collectors_multi import SEED_STRIDE, MultiCollector, WorkerError
 from rlrun.envs.gym import GymVecEnv
@@ -99,6 +100,7 @@ def rows_are_consistent(td) -> None:
 def test_multi_sync_batches_layout_consistency_and_exact_frames():
     with MultiCollector(counter_env, BiasPolicy((0.0, 1.0)), frames_per_batch=40, total_frames=98,
                         workers=2, method="forward") as coll:
+        assert isinstance(coll, Collector)
         batches = list(coll)
         assert coll.frames == coll.total_frames == 100  # rounded up to workers x num_envs = 4
     assert [b.batch_size for b in batches] == [torch.Size([4, 10])] * 2 + [torch.Size([4, 5])]
