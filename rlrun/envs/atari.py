@@ -28,6 +28,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,8 @@ class AtariVecEnv(GymVecEnv):
 
     def __init__(self, *args: Any, terminal_on_life_loss: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.factory = functools.partial(AtariVecEnv, *self.factory.args, **self.factory.keywords,
+                                         terminal_on_life_loss=terminal_on_life_loss)
         self.terminal_on_life_loss = terminal_on_life_loss
         self._lives: np.ndarray | None = None
         if terminal_on_life_loss:

@@ -22,6 +22,7 @@ set by ``rlrun.envs.atari``). Logged and evaluated returns stay the env's own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,6 +137,10 @@ class GymVecEnv:
         self.id, self.num_envs = id, num_envs
         self.reward_clip, self.reward_scale = reward_clip, reward_scale
         self.learning_terminal: np.ndarray | None = None
+        # rebuilds this env in another process (multi-process collectors pickle it with cloudpickle)
+        self.factory = functools.partial(GymVecEnv, id, num_envs, vectorization, max_episode_steps,
+                                         rescale_actions, clip_actions, extra_wrappers, make_kwargs,
+                                         reward_clip, reward_scale)
         try:
             self.env = gym.make_vec(
                 id, num_envs=num_envs, vectorization_mode=vectorization,

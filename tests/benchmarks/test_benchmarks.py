@@ -75,3 +75,13 @@ def test_vmas_benchmark_sides_step_the_same_env():
     result = vmas_bench.run(quick=True, reps=1)
     assert [r["envs"] for r in result["rows"]] == [1, 10]
     assert "| 1 |" in vmas_bench.render(result)
+
+
+def test_table5_times_every_case_on_the_same_frames():
+    from rlrun.benchmarks import table5
+
+    row = table5.bench_one("Pendulum-v1", workers=1, frames=200, rollout=100, reps=1)
+    assert all(len(row["times_s"][c]) == 1 and row[f"fps_{c}"] > 0 for c in table5.CASES)
+    assert row["ratio_gym_sync"] == 1.0
+    rendered = table5.render({"rows": [row], "notes": []})
+    assert "| Pendulum-v1 | 1 |" in rendered and "multi_async fps" in rendered
