@@ -66,6 +66,7 @@ class SyncCollector:
         self.finished_lengths: list[int] = []
         self._gen = torch.Generator().manual_seed(seed)
         self.on_episode_end: Callable[[np.ndarray], None] | None = None  # e.g. resets OU noise
+        self.policy_version = 0  # it acts with the live policy: nothing to push
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
@@ -179,6 +180,13 @@ class SyncCollector:
             batch_size=[n, steps],
         )
         return td.to(self.device, non_blocking=True) if self.device.type != "cpu" else td
+
+    def update_policy_weights(self, state_dict=None) -> None:
+        """The live policy acts here, so new weights are in use at once; only the version moves."""
+        self.policy_version += 1
+
+    def shutdown(self) -> None:
+        """Nothing to release: the run closes the env it built."""
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and clears the returns and lengths of episodes finished since the last call."""

@@ -528,7 +528,7 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
     # the builder made `env` for its spec and closes it itself; each worker builds its own from env.factory
     return MultiCollector(env_fn, policy.actor, frames_per_batch, total_frames, workers, mode,
                           "explore" if explore else "act", init_random_frames,
-                          seed, device, auto_update_weights=True, start_method=start_method,
+                          seed, device, auto_update_weights=False, start_method=start_method,
                           timeout_s=timeout_s)
 
 
@@ -539,8 +539,9 @@ def make_multi_sync_collector(env, policy, frames_per_batch: int, total_frames: 
                               timeout_s: float = 600.0) -> MultiCollector:
     """Worker processes, each with its own copy of the env; every batch is all workers' rollouts.
 
-    The actor's weights are pushed to the workers before every batch, so each
-    batch comes from the current policy (on-policy algorithms as with ``sync``).
+    The loop pushes the actor's weights to the workers after every batch's
+    optimisation, so each batch comes from the current policy (on-policy
+    algorithms as with ``sync``).
     """
     return _make("sync", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
                  explore, seed, device, start_method, timeout_s)
@@ -554,7 +555,7 @@ def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames:
     """Worker processes collecting without waiting; each batch is one worker's rollout, as it arrives.
 
     Batches carry the policy version that collected them (for off-policy
-    corrections such as V-trace); weights are pushed after every batch.
+    corrections such as V-trace); the loop pushes weights after every batch's optimisation.
     """
     return _make("async", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
                  explore, seed, device, start_method, timeout_s)

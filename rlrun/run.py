@@ -127,6 +127,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             print(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
                   "raise total_frames to train on, or use resume=false to start afresh",
                   file=sys.stderr)
+            collector.shutdown()
             run.close()
             return json.loads((run_dir / "summary.json").read_text())
         print(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
@@ -212,6 +213,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         if status == "DIVERGED":
             logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
         logger.finish({"DIVERGED": "FAILED"}.get(status, status))
+        collector.shutdown()  # worker processes, if any: never left behind
         run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)

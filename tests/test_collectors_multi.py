@@ -19,9 +19,9 @@ import pytest
 import torch
 from collector_fakes import MAX_STEPS, BiasPolicy, ExplodingEnv, counter_env
 
-from rlrun.collector_protocol import Collector
 from rlrun.collectors import SyncCollector
 from rlrun.collectors_multi import SEED_STRIDE, MultiCollector, WorkerError
+from rlrun.contracts import Collector
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Actor, mlp
@@ -339,6 +339,7 @@ def test_registered_multi_sync_rebuilds_the_env_in_workers_and_follows_the_live_
         assert (next(it)["action"] == 0).all()
         with torch.no_grad():  # what an optimiser step does to the live actor
             actor.logits.copy_(torch.tensor([0.0, 1.0]))
-        b = next(it)  # pushed before the batch was requested: no call needed under today's run.py
-    assert (b["action"] == 1).all() and (b["collector", "policy_version"] == 2).all()
+        coll.update_policy_weights()  # as the loop does after each batch's post_steps
+        b = next(it)
+    assert (b["action"] == 1).all() and (b["collector", "policy_version"] == 1).all()
     assert b["observation"].shape == (4, 2, 4)
