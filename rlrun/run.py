@@ -195,6 +195,7 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
     run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name,
                    run_id=state.get("mlflow_run_id") if state else None,
+                   resumed=state is not None,  # i12: a fresh start sets old metric files aside
                    tags={**(tags or {}), "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **_paper_tags(cfg)})
     config_file = run_dir / "config.yaml"

@@ -91,11 +91,32 @@ class MLflowLogger(Logger):
         self.client.set_terminated(self.run_id, status=status)
 
 
-class CSVLogger(Logger):
-    """Appends ``step,key,value`` rows to ``<run_dir>/metrics.csv`` (survives resume)."""
+def set_aside(path: Path) -> Path | None:
+    """Renames ``path`` to the first free ``<stem>.prev-N<suffix>``; returns the new path (None if absent)."""
+    if not path.exists():
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.prev-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
 
-    def __init__(self, run_dir: Path):
+
+class CSVLogger(Logger):
+    """Writes ``step,key,value`` rows to ``<run_dir>/metrics.csv``.
+
+    A resumed run appends to the file; a fresh start in a directory that has
+    one (``resume=false``, or killed before its first checkpoint) moves the old
+    ``metrics.csv`` and ``params.csv`` aside as ``*.prev-N.csv`` and starts new ones.
+    """
+
+    def __init__(self, run_dir: Path, resumed: bool = False):
         self.path = Path(run_dir) / "metrics.csv"
+        if not resumed:
+            for old in (self.path, self.path.with_name("params.csv")):
+                if (aside := set_aside(old)) is not None:
+                    print(f"[rlrun] fresh start: kept the previous {old.name} as {aside.name}",
+                          file=sys.stderr)
         new = not self.path.exists()
         self._file = open(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
@@ -134,9 +155,9 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
 
 
 @register("logger", "csv")
-def make_csv(run_dir: Path) -> CSVLogger:
+def make_csv(run_dir: Path, resumed: bool = False) -> CSVLogger:
     """Metrics as rows of ``<run_dir>/metrics.csv``."""
-    return CSVLogger(run_dir)
+    return CSVLogger(run_dir, resumed)
 
 
 @register("logger", "none")
