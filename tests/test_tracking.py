@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import csv
+import socket
+import subprocess
+import time
 
-from cli_utils import run_cli
+import pytest
+from cli_utils import run_cli, spawn
 
 from rlrun.tracking import CSVLogger
 
@@ -51,3 +55,31 @@ def test_csv_logger_never_overwrites_an_earlier_aside_file(tmp_path):
     logger.log_metrics({"frames": 3}, step=3)
     logger.finish()
     assert frame_rows(tmp_path / "metrics.csv") == [2, 3]
+
+
+@pytest.mark.parametrize("server", ["closed port", "silent listener"])
+def test_tracking_server_that_does_not_answer_fails_fast_with_the_key(tmp_path, server):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        if server == "silent listener":  # accepts connections (backlog) but never answers
+            sock.listen(8)
+        else:
+            sock.close()
+        start = time.monotonic()
+        proc = spawn([*FAST[:-2], "logger=mlflow", f"logger.tracking_uri=http://127.0.0.1:{port}"], tmp_path)
+        try:
+            _, err = proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"still waiting for the tracking server after {time.monotonic() - start:.0f} s")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, err
+    # the probe waits PROBE_TIMEOUT_S (5 s); the rest is process start and env set-up, ~3 s
+    # on an idle machine and more on a shared CI box, hence the margin
+    assert elapsed < 20, elapsed
+    assert "Traceback" not in err and err.count("rlrun: error:") == 1, err
+    assert f"logger.tracking_uri: no tracking server answers at http://127.0.0.1:{port}" in err
+    assert "fix:" in err and "logger=csv" in err
+    assert not list(tmp_path.glob("runs/**/summary.json"))  # nothing trained
