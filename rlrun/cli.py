@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from importlib.resources import files
@@ -23,6 +24,7 @@ from omegaconf import OmegaConf
 
 from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.signals import exit_code
 
 CONF_DIR = Path(str(files("rlrun.conf")))
 SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
@@ -184,11 +186,15 @@ def _task(cfg) -> None:
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
     ret = summary.get("eval/episode_return")
+    code = exit_code(summary)
+    if code:  # stopped by a signal, checkpoint written: 128 + signal (130 Ctrl-C, 143 SIGTERM)
+        print(f"[rlrun] interrupted ({summary.get('stop_reason')}) at {summary['frames']}/"
+              f"{summary['total_frames']} frames, checkpoint written; rerun the same command to "
+              f"continue -> {summary['run_dir']}", file=sys.stderr)
+        sys.exit(code)
     print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
           f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> "
           f"{summary['run_dir']}", file=sys.stderr)
-    if summary["status"] == "interrupted":
-        sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
                             config_name="config")(_task)
     sys.argv = [sys.argv[0], *argv]
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # Ctrl-C before training started, or a second one: no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("[rlrun] interrupted (SIGINT); rerun the same command to continue from the last "
+              "checkpoint, if any", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

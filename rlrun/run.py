@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from rlrun import checkpoint
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
+from rlrun.signals import chain_signal_handler  # i12: signal handling lives in rlrun.signals
+from rlrun.signals import install_stop_handlers as _install_stop_handlers
+from rlrun.signals import restore_handlers as _restore_handlers
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import Hook, LinearLR, TrainStats
@@ -286,49 +288,3 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)
-
-
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
-                     if hasattr(signal, n))
-
-
-def _install_stop_handlers(trainer: Trainer) -> dict:
-    """SIGTERM, SIGINT, SIGUSR1/2 end the loop after the current batch, with a checkpoint.
-
-    A second signal restores the previous handler (a second Ctrl-C kills).
-    The previous handlers are kept so that, once the checkpoint is written, a
-    launcher's own handler (submitit requeues on USR2/SIGTERM) can still run:
-    see ``chain_signal_handler``.
-    """
-    previous = {}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        trainer.request_stop(f"signal {name}")
-        trainer.stop_signal = signum
-        print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint",
-              file=sys.stderr, flush=True)
-        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
-
-    for sig in STOP_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not in the main thread (e.g. some launchers)
-            pass
-    return previous
-
-
-def _restore_handlers(previous: dict) -> None:
-    for sig, h in previous.items():
-        signal.signal(sig, h)
-
-
-def chain_signal_handler(previous: dict, signum: int | None) -> None:
-    """After a checkpoint, hands a stop signal to the handler that was installed before rlrun's.
-
-    submitit's handler requeues the job (and exits); with no Python handler
-    there is nothing to do and the caller exits with 128 + signum.
-    """
-    handler = previous.get(signum) if signum is not None else None
-    if callable(handler):
-        handler(signum, None)

@@ -38,6 +38,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf, open_dict
 
 from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
+from rlrun.signals import is_interrupt_code
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +142,10 @@ class SubmititLauncher(BaseSubmititLauncher):
             if self._requeueing or exc.code in (0, None):
                 raise  # submitit exits after requeueing; the requeued job starts over here
             if status:
-                update_status(status, state="INTERRUPTED" if exc.code == 143 else "FAILED",
+                update_status(status, state="INTERRUPTED" if is_interrupt_code(exc.code) else "FAILED",
                               exit_code=exc.code, **_summary_fields(run_dir))
             # an exception (unlike SystemExit) reaches the launcher as this job's result
-            error = JobInterrupted if exc.code == 143 else RuntimeError
+            error = JobInterrupted if is_interrupt_code(exc.code) else RuntimeError
             raise error(f"rlrun exited with code {exc.code} in job {env.job_id}; "
                         f"see {env.paths.stderr}") from None
         except KeyboardInterrupt:
