@@ -10,6 +10,7 @@ evaluated returns are the environment's own (unscaled, unclipped).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 
 Policy = Callable[[Tensor], dict[str, Tensor]]
 
@@ -210,9 +211,9 @@ def _np_dtype(t: Tensor) -> np.dtype:
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: int,
-                        total_frames: int, init_random_frames: int = 0,
-                        reward_scale: float = 1.0, reward_clip: str | None = None,
+def make_sync_collector(env: GymVecEnv, actor, frames_per_batch: PositiveInt,
+                        total_frames: int, init_random_frames: NonNegativeInt = 0,
+                        reward_scale: PositiveFloat = 1.0, reward_clip: Literal["sign"] | None = None,
                         explore: bool = True, exploration=None, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.

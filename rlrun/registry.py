@@ -108,6 +108,19 @@ def _import_target(path: str, key: str) -> Callable:
         ) from None
 
 
+def resolve_factory(kind: str, node: dict, key: str) -> tuple[Callable, dict]:
+    """The factory a component node names (``name`` or ``_target_``) and the node's other keys."""
+    node = dict(node)
+    if "_target_" in node:
+        factory = _import_target(node.pop("_target_"), key)
+        node.pop("name", None)
+        return factory, node
+    if "name" not in node:
+        raise ConfigError(f"no component named for {kind}", key=f"{key}.name",
+                          fix=f"set {key}.name to a registered {kind} or give {key}._target_")
+    return lookup(kind, node.pop("name"), key=f"{key}.name").factory, node
+
+
 def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra: Any) -> Any:
     """Builds a component from its config node.
 
@@ -121,14 +134,7 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
     """
     key = key or kind
     node = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    if "_target_" in node:
-        factory = _import_target(node.pop("_target_"), key)
-        node.pop("name", None)
-    else:
-        if "name" not in node:
-            raise ConfigError(f"no component named for {kind}", key=f"{key}.name",
-                              fix=f"set {key}.name to a registered {kind} or give {key}._target_")
-        factory = lookup(kind, node.pop("name"), key=f"{key}.name").factory
+    factory, node = resolve_factory(kind, node, key)
     kwargs = check_kwargs(factory, node, key)
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import checkpoint
+from rlrun.config_schema import validate_sections
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
 from rlrun.signals import chain_signal_handler  # i12: signal handling lives in rlrun.signals
@@ -41,6 +42,7 @@ def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> int:
 
 def validate(cfg: DictConfig) -> None:
     """Checks the budgets and their consistency before anything is built."""
+    validate_sections(cfg)  # i12: every section against its schema (rlrun.config_schema)
     seed = cfg.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"must be an integer >= 0, got {seed!r}", key="seed", fix="e.g. seed=0")
