@@ -95,7 +95,9 @@ def validate_sections(cfg: DictConfig | dict) -> None:
     if isinstance(cfg, DictConfig):
         if OmegaConf.is_missing(cfg, "total_frames"):
             raise ConfigError("is not set", key="total_frames", fix="e.g. total_frames=100000")
-        cfg = OmegaConf.to_container(cfg, resolve=True)
+        cfg, unresolved = _resolve(cfg)
+    else:
+        unresolved = []
     components = {k: cfg[k] for k in COMPONENT_SECTIONS if k in cfg}
     check_dataclass(RunConfig, {k: v for k, v in cfg.items() if k not in components}, "")
     for section, kind in COMPONENT_SECTIONS.items():
@@ -104,6 +106,38 @@ def validate_sections(cfg: DictConfig | dict) -> None:
     for name, node in (cfg.get("hooks") or {}).items():
         if node:  # hooks.<name>: null switches a preset's hook off
             check_component("hook", node, f"hooks.{name}")
+    if unresolved:  # the keys it refers to are fine (else they were reported above)
+        raise unresolved[0]
+
+
+def _resolve(cfg: DictConfig) -> tuple[dict, list[ConfigError]]:
+    """The config as plain containers; a value whose interpolation fails is left out and reported.
+
+    Leaving it out lets the checks name the key the user set (``buffer.batch_size=0``)
+    rather than the one that interpolates it (``trainer.optim_steps_per_epoch``).
+    """
+    errors: list[ConfigError] = []
+
+    def walk(node: Any, raw: Any, prefix: str) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        out = {}
+        for k, v in raw.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                out[k] = walk(node, v, f"{key}.")
+                continue
+            try:
+                value = OmegaConf.select(node, key, throw_on_missing=True)
+            except Exception as err:  # e.g. ceil_div by a batch size of 0, or of 'abc'
+                cause = str(err.__cause__ or err).splitlines()[0] or type(err).__name__
+                errors.append(ConfigError(f"cannot resolve {v} ({cause})", key=key,
+                                          fix="check the keys it refers to (see `rlrun --cfg job`)"))
+                continue
+            out[k] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        return out
+
+    return walk(cfg, OmegaConf.to_container(cfg, resolve=False), ""), errors
 
 
 def check_component(kind: str, node: Any, key: str) -> None:

@@ -225,13 +225,23 @@ def describe(hint: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(_yaml(a) for a in args)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe(a) for a in args)
+        words = [w for a in args for w in _words(a)]
+        return f"{', '.join(words[:-1])} or {words[-1]}"
     if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
         return "a list"
     if origin is dict or hint is dict:
         return "a mapping"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
             type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _words(hint: Any) -> list[str]:
+    """The options of one arm of a union, for ``a, b or c``."""
+    if hint is bool:
+        return ["true", "false"]
+    if typing.get_origin(hint) is Literal:
+        return [_yaml(v) for v in typing.get_args(hint)]
+    return [describe(hint)]
 
 
 def _yaml(v: Any) -> str:
