@@ -140,8 +140,8 @@ def bad_input_dir(tmp_path_factory):
 
 @pytest.mark.parametrize(("args", "needles"), BAD_INPUTS, ids=lambda v: " ".join(v)[:60] if
                          isinstance(v, list) and v and "fix" not in v[0] else None)
-def test_bad_input_gives_one_message_with_key_and_fix(args, needles, bad_input_dir, capsys):
-    cwd = bad_input_dir
+def test_bad_input_gives_one_message_with_key_and_fix(args, needles, bad_input_dir, tmp_path, capsys):
+    cwd = tmp_path
     if args[0].startswith("CWD:"):
         cwd, args = Path(args[0][4:]), args[1:]
     args = [a.replace("{tmp}", str(bad_input_dir)) for a in args]
@@ -149,7 +149,7 @@ def test_bad_input_gives_one_message_with_key_and_fix(args, needles, bad_input_d
     assert_clean_error(code, err, *needles)
     assert len(err.strip().splitlines()) == 2, err  # the message and the fix
     assert "weights_only" not in err
-    assert not list(bad_input_dir.glob("runs/**/summary.json"))  # nothing trained
+    assert not list(cwd.glob("runs/**/summary.json"))  # nothing trained
 
 
 def test_sac_on_discrete_env_is_refused_with_a_fix(tmp_path, capsys):
