@@ -5,6 +5,7 @@ The parsing and checking run anywhere; the checks against the live cluster skip 
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -104,3 +105,48 @@ def test_sweep_asking_for_more_than_the_cluster_has_is_refused_before_submitting
                "partition": slurm_partition}[request_key]
     assert largest in err, err
     assert not list((tmp_path / "sw").rglob("job.json"))  # nothing was submitted
+
+
+@pytest.mark.timeout(300)
+def test_job_pending_for_a_reason_that_cannot_clear_stops_the_wait(tmp_path, slurm_partition, capsys):
+    """A job past the preflight (here: submitted directly) that pends on PartitionConfig is cancelled."""
+    import submitit
+
+    from rlrun.launch.submitit_launch import SlurmLauncherBase
+
+    cpus, _ = _node_cpus_and_mem(slurm_partition)
+    executor = submitit.AutoExecutor(folder=tmp_path / "sub", cluster="slurm")
+    executor.update_parameters(slurm_partition=slurm_partition, slurm_cpus_per_task=cpus + 1,
+                               slurm_mem_gb=1, timeout_min=5)
+    jobs = executor.map_array(abs, [-1, -2])
+
+    class Waiter:
+        POLL_S = 1.0
+
+    with pytest.raises(SystemExit) as info:
+        SlurmLauncherBase._wait(Waiter(), jobs)  # type: ignore[arg-type]
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "2 of 2 job(s) can never start: PENDING (PartitionConfig)" in err
+    assert "hydra.launcher.cpus_per_task" in err and "fix:" in err
+    queue = subprocess.run(["squeue", "-h", "-j", jobs[0].job_id.split("_")[0]], capture_output=True,
+                           text=True, timeout=30).stdout
+    assert "PD" not in queue  # cancelled, not left waiting
+
+
+@pytest.mark.timeout(600)
+def test_cancelled_job_ends_the_sweep_with_a_table_not_a_traceback(tmp_path, slurm_partition):
+    from launch_utils import job_records, wait_for
+
+    proc = spawn(["-m", "hydra/launcher=slurm", f"hydra.launcher.partition={slurm_partition}", *SLURM_SMALL,
+                  "total_frames=100000", "collector.frames_per_batch=256", "eval.interval_frames=0",
+                  "logger=none", "progress=false", "seed=0", f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path)
+    record = wait_for(lambda: next((r for r in job_records(tmp_path / "sw") if r.get("state") == "RUNNING"),
+                                   None), 300, "the job to run", proc=proc)
+    subprocess.run(["scancel", record["job_id"]], check=True, timeout=60)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "UncompletedJobError" not in err, err[-3000:]
+    table = err[err.index("job_id"):]
+    assert re.search(rf"\s0 {re.escape(record['job_id'])}\s+CANCELLED", table), table
+    assert "rlrun: error: 1 of 1 job(s) did not complete (CANCELLED)" in err
