@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -24,9 +27,12 @@ from omegaconf import OmegaConf
 
 from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.signals import exit_code
 
 CONF_DIR = Path(str(files("rlrun.conf")))
 SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
+_NOT_FOUND = object()
+MAX_KEY_LEN = 200  # the longest real key is under 60 characters
 
 
 def _run_name(override_dirname: str) -> str:
@@ -109,6 +115,12 @@ def precheck(args: list[str]) -> None:
     except Exception as err:
         raise ConfigError(f"cannot parse overrides: {err}",
                           fix="write overrides as key=value, e.g. seed=1") from None
+    for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)
+        key = o.key_or_group
+        if len(key) > MAX_KEY_LEN:
+            raise ConfigError(f"override key of {len(key)} characters", key=f"{key[:40]}...",
+                              fix="config keys are short names: check the override (see `rlrun --cfg job`)")
+    _check_writable(parsed, multirun=any(a in ("-m", "--multirun") for a in args))
     groups = config_groups()
     group_overrides, value_overrides = [], []
     for o in parsed:
@@ -142,6 +154,34 @@ def precheck(args: list[str]) -> None:
                 key=o.key_or_group,
                 fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
                 f"+{o.key_or_group}=...")
+    for o in parsed:  # ${key} in a value must name a key, or Hydra fails with a traceback
+        value = o.value() if not o.is_sweep_override() else None
+        for ref in re.findall(r"\$\{([A-Za-z_][\w.]*)\}", value if isinstance(value, str) else ""):
+            if OmegaConf.select(cfg, ref, default=_NOT_FOUND) is _NOT_FOUND:
+                raise ConfigError(f"${{{ref}}} refers to no config key", key=o.key_or_group,
+                                  fix="refer to an existing key (see `rlrun --cfg job`) or write the value")
+
+
+def _check_writable(parsed: list, multirun: bool) -> None:
+    """Creates the directory runs go to (as Hydra will) and writes a probe file there, or raises ConfigError.
+
+    That is ``hydra.run.dir`` (``hydra.sweep.dir`` with ``-m``) when given
+    without interpolations, else ``runs/`` under the current directory, where
+    every shipped run and sweep directory lives.
+    """
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((str(o.value()) for o in parsed if o.key_or_group == key and not o.is_sweep_override()),
+                 None)
+    path = Path(given) if given and "${" not in given else Path("runs")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        where = f"{path}" if given else f"runs/ in the current directory {Path.cwd()}"
+        raise ConfigError(f"cannot write the run directory {where} ({err.strerror or err})", key=key,
+                          fix=f"set {key}=<a writable directory>" + ("" if given else
+                              ", or run rlrun from a writable directory")) from None
 
 
 def run_tags(hc) -> dict[str, str]:
@@ -185,11 +225,15 @@ def _task(cfg) -> None:
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
     ret = summary.get("eval/episode_return")
+    code = exit_code(summary)
+    if code:  # stopped by a signal, checkpoint written: 128 + signal (130 Ctrl-C, 143 SIGTERM)
+        print(f"[rlrun] interrupted ({summary.get('stop_reason')}) at {summary['frames']}/"
+              f"{summary['total_frames']} frames, checkpoint written; rerun the same command to "
+              f"continue -> {summary['run_dir']}", file=sys.stderr)
+        sys.exit(code)
     print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
           f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> "
           f"{summary['run_dir']}", file=sys.stderr)
-    if summary["status"] == "interrupted":
-        sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
     if summary["status"] == "diverged":
         print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
               "  fix: lower optim.lr (or add optim.max_grad_norm); the last finite checkpoint is kept "
@@ -225,7 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
                             config_name="config")(_task)
     sys.argv = [sys.argv[0], *argv]
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # Ctrl-C before training started, or a second one: no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("[rlrun] interrupted (SIGINT); rerun the same command to continue from the last "
+              "checkpoint, if any", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

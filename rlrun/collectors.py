@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import NonNegativeInt, PositiveInt, register
 
 PolicyFn = Callable[[Tensor], dict[str, Tensor]]
 
@@ -212,8 +212,8 @@ def _np_dtype(t: Tensor) -> np.dtype:
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: int, total_frames: int,
-                        init_random_frames: int = 0, explore: bool = True, seed: int = 0,
+def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
+                        init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.
 

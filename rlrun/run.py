@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrun import checkpoint
 from rlrun.build import Run, build_run, resolve_device
+from rlrun.config_schema import validate_sections
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
 from rlrun.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
+from rlrun.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.tracking import Progress
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
@@ -41,6 +42,7 @@ def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> int:
 
 def validate(cfg: DictConfig) -> None:
     """Checks the budgets and their consistency before anything is built."""
+    validate_sections(cfg)  # i12: every section against its schema (rlrun.config_schema)
     seed = cfg.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"must be an integer >= 0, got {seed!r}", key="seed", fix="e.g. seed=0")
@@ -139,6 +141,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
     run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                   resumed=resume["run_id"] is not None,  # a fresh start sets old metric files aside
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
@@ -184,7 +187,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
     status = "FAILED"
     evaluation = hooks["evaluation"]
-    previous = _install_stop_handlers(trainer)
+    previous = install_stop_handlers(trainer)
     try:
         trainer.train()
         if trainer.diverged:
@@ -195,7 +198,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             save()
             status = "KILLED" if trainer.interrupted else "FINISHED"
     finally:
-        _restore_handlers(previous)
+        restore_handlers(previous)
         progress.close()
         summary = {
             "status": {"KILLED": "interrupted"}.get(status, status.lower()),
@@ -289,49 +292,3 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)
-
-
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
-                     if hasattr(signal, n))
-
-
-def _install_stop_handlers(trainer: Trainer) -> dict:
-    """SIGTERM, SIGINT, SIGUSR1/2 end the loop after the current batch, with a checkpoint.
-
-    A second signal restores the previous handler (a second Ctrl-C kills).
-    The previous handlers are kept so that, once the checkpoint is written, a
-    launcher's own handler (submitit requeues on USR2/SIGTERM) can still run:
-    see ``chain_signal_handler``.
-    """
-    previous = {}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        trainer.request_stop(f"signal {name}")
-        trainer.stop_signal = signum
-        print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint",
-              file=sys.stderr, flush=True)
-        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
-
-    for sig in STOP_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not in the main thread (e.g. some launchers)
-            pass
-    return previous
-
-
-def _restore_handlers(previous: dict) -> None:
-    for sig, h in previous.items():
-        signal.signal(sig, h)
-
-
-def chain_signal_handler(previous: dict, signum: int | None) -> None:
-    """After a checkpoint, hands a stop signal to the handler that was installed before rlrun's.
-
-    submitit's handler requeues the job (and exits); with no Python handler
-    there is nothing to do and the caller exits with 128 + signum.
-    """
-    handler = previous.get(signum) if signum is not None else None
-    if callable(handler):
-        handler(signum, None)

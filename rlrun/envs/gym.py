@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -33,7 +33,7 @@ from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import PositiveInt, register
 
 
 @dataclass(frozen=True)
@@ -224,9 +224,9 @@ def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
 @register("env", "gym")
 def make_gym_env(
     id: str,
-    num_envs: int = 1,
-    vectorization: str = "sync",
-    max_episode_steps: int | None = None,
+    num_envs: PositiveInt = 1,
+    vectorization: Literal["sync", "async"] = "sync",
+    max_episode_steps: PositiveInt | None = None,
     rescale_actions: bool = True,
     clip_actions: bool = True,
     make_kwargs: dict | None = None,
