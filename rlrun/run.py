@@ -30,39 +30,12 @@ from rlrun.trainer.loop import Trainer
 CHECKPOINT = "checkpoint.pt"
 
 
-def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> int:
-    value = OmegaConf.select(cfg, key)
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or
-                                                                     (allow_zero and value == 0))
-    if not ok:
-        raise ConfigError(f"must be a {'non-negative' if allow_zero else 'positive'} integer, "
-                          f"got {value!r}", key=key, fix=f"set {key} to e.g. 10000")
-    return value
-
-
 def validate(cfg: DictConfig) -> None:
-    """Checks the budgets and their consistency before anything is built."""
-    validate_sections(cfg)  # i12: every section against its schema (rlrun.config_schema)
-    seed = cfg.get("seed")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"must be an integer >= 0, got {seed!r}", key="seed", fix="e.g. seed=0")
-    threads = cfg.get("threads")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"must be null or an integer >= 1, got {threads!r}", key="threads",
-                          fix="e.g. threads=1")
-    gamma = cfg.get("gamma")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-        raise ConfigError(f"the discount must be a number in [0, 1], got {gamma!r}", key="gamma",
-                          fix="e.g. gamma=0.99")
-    _positive(cfg, "total_frames")
-    _positive(cfg, "collector.frames_per_batch")
-    for key in ("trainer.epochs_per_batch", "eval.episodes"):
-        _positive(cfg, key)
-    for key in ("trainer.optim_steps_per_epoch", "trainer.learning_starts",
-                "collector.init_random_frames", "eval.interval_frames",
-                "checkpoint.interval_frames"):
-        if OmegaConf.select(cfg, key) is not None:
-            _positive(cfg, key, allow_zero=True)
+    """Checks every section against its schema before anything is built (``rlrun.config_schema``).
+
+    Rules that span components are checked when they are built (``rlrun.build``).
+    """
+    validate_sections(cfg)
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
