@@ -6,6 +6,8 @@ reported (never created), and only search and history calls are made.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -25,8 +27,25 @@ EVAL_STD_KEY = "eval/episode_return_std"
 FRAMES_KEY = "frames"
 PAGE_SIZE = 1000
 COLUMNS = ["run_id", "experiment", "run_name", "status", "start_time", "seed", "final_return",
-           "final_return_std", "frames", "total_frames", "partial", "curve_steps", "curve_values",
-           "tags", "params"]
+           "final_return_std", "frames", "total_frames", "partial", "failed", "config_hash",
+           "curve_steps", "curve_values", "tags", "params"]
+NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "eval.interval_frames",
+              "eval.max_envs", "checkpoint", "hydra", "paper")
+"""Params that do not change the experiment (the seed, where and how it is logged, run, resumed,
+checkpointed, how often it is evaluated) and so are left out of its config hash; a name
+matches itself and everything under it (``logger`` matches ``logger.tracking_uri``)."""
+
+
+def experiment_params(params: dict[str, str]) -> dict[str, str]:
+    """The params that define the experiment: all but ``NOT_CONFIG``."""
+    return {k: v for k, v in params.items()
+            if not any(k == n or k.startswith(n + ".") for n in NOT_CONFIG)}
+
+
+def config_hash(params: dict[str, Any]) -> str:
+    """12 hex digits identifying a config up to ``NOT_CONFIG`` (values compared as text)."""
+    text = json.dumps({k: str(v) for k, v in experiment_params(params).items()}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 class ReportError(RlrunError):
@@ -138,6 +157,9 @@ def run_record(client, run, experiment: str) -> dict[str, Any]:
         "final_return_std": _number(metrics.get(EVAL_STD_KEY)),
         "frames": frames, "total_frames": total,
         "partial": bool(status != "FINISHED" or (not np.isnan(total) and not frames >= total)),
+        # A run that raised, or whose evaluation went non-finite (diverged).
+        "failed": bool(status == "FAILED" or not np.isfinite(values).all()),
+        "config_hash": config_hash(params),
         "curve_steps": steps, "curve_values": values, "tags": tags, "params": params,
     }
 
@@ -174,6 +196,8 @@ def load_runs(tracking_uri: str | None = None, experiments: list[str] | None = N
         One row per run with the columns of ``COLUMNS``: ``final_return`` is the last
         ``eval/episode_return`` (by step), ``frames`` the last ``frames`` value,
         ``partial`` is true unless the run is FINISHED with ``frames >= total_frames``,
+        ``failed`` when it is FAILED or an evaluation return is not finite (diverged),
+        ``config_hash`` identifies its config but for the seed and ``NOT_CONFIG``,
         and ``curve_steps``/``curve_values`` hold the eval curve (numpy arrays).
 
     Raises:
@@ -200,7 +224,12 @@ def load_runs(tracking_uri: str | None = None, experiments: list[str] | None = N
 
 
 def lookup(row: pd.Series | dict, key: str) -> str | None:
-    """A run's value for a group key: a tag, else a param (``tags.X``/``params.X`` to choose)."""
+    """A run's value for a group key: a tag, else a param (``tags.X``/``params.X`` to choose).
+
+    ``config_hash`` is the hash the report computes from the run's params (``config_hash``).
+    """
+    if key == "config_hash" and "config_hash" in row:
+        return row["config_hash"]
     if key.startswith("tags."):
         return row["tags"].get(key[5:])
     if key.startswith("params."):
