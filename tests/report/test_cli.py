@@ -33,7 +33,8 @@ def test_terminal_table(store, capsys):
                         sac[10], sac[11], "5", "1M", "/", "1M"]
     assert sac[10].startswith("[") and sac[11].endswith("]") and sac[16] == "(100%)"
     ppo = next(line for line in lines if "1367" in line)
-    for text in ("Hopper", "1367 ± 416", "1703 ± 742", "0.80", "1367 [900, 1700]", "3 (1 partial)", "800k / 1M (80%)"):
+    for text in ("Hopper", "1367 ± 416", "1703 ± 742", "0.80", "1367 [900, 1700]", "3 (1 partial)",
+                 "800k / 1M (80%)"):
         assert text in ppo
     td3 = next(line for line in lines if "5373" in line)
     for text in ("2000", "0.37", "2000 [2000, 2000]", "1 (1 partial)", "600k / 1M (60%)"):
