@@ -81,7 +81,7 @@ def launch_hint(table: str) -> str:
     if not cells:
         return ""
     return (f"launch one cell with `rlrun +paper={table}/{cells[0]}` or the whole table with "
-            f"`rlrun -m '+paper=glob({table}/*)' seed=0,1,2,3,4`, or ")
+            f"`rlrun -m '+paper/{table}=glob(*)' seed=0,1,2,3,4`, or ")
 
 
 def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool) -> list[Path]:
@@ -91,12 +91,13 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
     written: list[Path] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    names, overview = {}, None
+    names, overview, comparisons = {}, None, {}
     if out is not None and plots:
         from rlrun.report.plots import write_plots
 
-        names, overview = write_plots(report, out)
-        written += [out / n for n in names.values()] + ([out / overview] if overview else [])
+        names, overview, comparisons = write_plots(report, out)
+        written += [out / n for n in [*names.values(), *comparisons.values()]] + (
+            [out / overview] if overview else [])
     if "terminal" in formats:
         text = render.terminal(report)
         sys.stdout.write(text)
@@ -104,7 +105,7 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
             (out / "table.txt").write_text(text)
             written.append(out / "table.txt")
     if "markdown" in formats:
-        (out / "table.md").write_text(render.markdown(report, names, overview))
+        (out / "table.md").write_text(render.markdown(report, names, overview, comparisons))
         written.append(out / "table.md")
     if "csv" in formats:
         render.write_csv(report, out / "table.csv")

@@ -108,13 +108,14 @@ def _md_escape(text: str) -> str:
 
 
 def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
-             overview: str | None = None) -> str:
+             overview: str | None = None, comparisons: dict[str, str] | None = None) -> str:
     """Markdown: the paper's layout (tables only), then one detail row per cell.
 
     Args:
         report: The report.
         plots: PNG file name per cell key, linked from the detail rows.
         overview: File name of the overview grid PNG, embedded at the end.
+        comparisons: File name of the comparison figure per env, embedded at the end.
     """
     out = [f"# {report.name}: {report.caption}", ""]
     if report.rows is not None and report.cols is not None:
@@ -139,6 +140,8 @@ def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
     out += ["", *(f"- {n}" for n in legend(report))]
     if overview:
         out += ["", f"![{report.name} overview]({overview})"]
+    for env, name in (comparisons or {}).items():
+        out += ["", f"![{env}: algorithms compared]({name})"]
     return "\n".join(out) + "\n"
 
 

@@ -193,26 +193,26 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def config_labels(runs: pd.DataFrame) -> dict[str, str]:
-    """Per config hash, the params that set it apart from the other configs of its algo and env.
+def config_labels(runs: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """Per (algo, env, config hash), the params that set it apart from the other configs of its algo and env.
 
     ``""`` when the config is the only one of its (algo, env); else the differing params as
     ``key=value`` (shallow keys first, at most ``LABEL_KEYS`` then ``+N more``).
     """
-    labels: dict[str, str] = {}
-    pairs = [(lookup(r, "algo"), lookup(r, "env")) for _, r in runs.iterrows()]
+    labels: dict[tuple[str, str, str], str] = {}
+    pairs = [(str(lookup(r, "algo")), str(lookup(r, "env"))) for _, r in runs.iterrows()]
     for pair in dict.fromkeys(pairs):
         group = runs[[p == pair for p in pairs]]
         configs = {h: experiment_params(p) for h, p in zip(group["config_hash"], group["params"])}
         if len(configs) == 1:
-            labels.update(dict.fromkeys(configs, ""))
+            labels.update(dict.fromkeys([(*pair, h) for h in configs], ""))
             continue
         keys = sorted({k for p in configs.values() for k in p}, key=lambda k: (k.count("."), k))
         differ = [k for k in keys if len({p.get(k, UNSET) for p in configs.values()}) > 1]
         for h, p in configs.items():
             shown = [f"{k}={_short(p.get(k, UNSET))}" for k in differ[:LABEL_KEYS]]
             more = [f"+{len(differ) - LABEL_KEYS} more"] if len(differ) > LABEL_KEYS else []
-            labels[h] = ", ".join(shown + more) or h
+            labels[(*pair, h)] = ", ".join(shown + more) or h
     return labels
 
 
@@ -280,7 +280,7 @@ def build_grouped(runs: pd.DataFrame, keys: list[str] | None = None, include_fai
         caption = f"Runs grouped by {', '.join(keys)}"
     runs, dropped = dedupe_seeds(keyed, same_dir=not by_config)
     cells = []
-    shown = {k: (*k[:2], labels[k[2]])[:len(keys)] if by_config else k
+    shown = {k: (*k[:2], labels[k])[:len(keys)] if by_config else k
              for k in (set(runs["_key"]) if not runs.empty else [])}
     for key in sorted(shown, key=lambda k: natural_key(shown[k])):
         group = runs[[k == key for k in runs["_key"]]]

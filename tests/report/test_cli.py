@@ -81,6 +81,7 @@ def test_csv_parses_back_to_the_same_numbers(written, runs):
 def test_pngs_are_written_for_cells_with_runs(written):
     pngs = sorted(p.name for p in written.glob("*.png"))
     assert pngs == ["table1_PPO_Hopper.png", "table1_SAC_HalfCheetah.png", "table1_TD3_Ant.png",
+                    "table1_compare_ant.png", "table1_compare_halfcheetah.png", "table1_compare_hopper.png",
                     "table1_overview.png"]
     for name in pngs:
         data = (written / name).read_bytes()
