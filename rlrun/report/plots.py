@@ -149,7 +149,7 @@ def plot_overview(report: Report, path: Path) -> Path | None:
 
 def file_name(report: Report, key: tuple[str, ...]) -> str:
     """``<report>_<key values>.png`` with unsafe characters replaced."""
-    stem = "_".join([report.name, *key])
+    stem = "_".join([report.name, *(k for k in key if k)])
     return re.sub(r"[^A-Za-z0-9._=+-]+", "-", stem) + ".png"
 
 
