@@ -40,8 +40,20 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
+def env_name(choice: str, env_id: str | None) -> str:
+    """The env part of a run's name and tag: the preset, unless ``env.id`` was changed from it.
+
+    A run on another id is named after that id (its module part dropped), never after the
+    default preset: ``env.id=mypkg.envs:Corridor-v0`` gives ``Corridor-v0``.
+    """
+    preset = CONF_DIR / "env" / f"{choice}.yaml"
+    if env_id is None or (preset.is_file() and OmegaConf.load(preset).get("id") == env_id):
+        return choice
+    return str(env_id).rpartition(":")[2].replace("/", "_")
+
+
 def register_resolvers() -> None:
-    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div)):
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -143,12 +155,12 @@ def precheck(args: list[str]) -> None:
                 f"+{o.key_or_group}=...")
 
 
-def run_tags(hc) -> dict[str, str]:
-    """Tags identifying a run: presets, sweep and job number, code version, SLURM job."""
+def run_tags(hc, env_id: str | None = None) -> dict[str, str]:
+    """Tags identifying a run: presets (the env's after ``env_id``), sweep and job number, code version."""
     from hydra.types import RunMode
 
     choices = hc.runtime.choices
-    tags = {"algo": str(choices.get("algo", "")), "env": str(choices.get("env", "")),
+    tags = {"algo": str(choices.get("algo", "")), "env": env_name(str(choices.get("env", "")), env_id),
             "rlrun_version": __version__}
     if hc.mode == RunMode.MULTIRUN:
         tags["sweep"] = Path(hc.sweep.dir).name
@@ -177,7 +189,7 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc))
+        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc, cfg.get("env", {}).get("id")))
     except RlrunError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

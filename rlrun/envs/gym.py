@@ -18,6 +18,7 @@ final observations and evaluation, which an observation wrapper cannot do for
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -176,15 +177,33 @@ class GymVecEnv:
         self.env.close()
 
 
+def import_env_modules(modules: list[str] | None) -> None:
+    """Imports the modules that register envs (``env.imports``), with a clear error if one is missing."""
+    for module in modules or []:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ConfigError(f"cannot import {module!r} ({err})", key="env.imports",
+                              fix="install the package, or put its folder on PYTHONPATH") from None
+
+
 def _check_id(id: str) -> None:
-    """Fails early, with the fix, when the id is not registered in gymnasium."""
+    """Fails early, with the fix, when the id is not registered in gymnasium.
+
+    ``module:EnvName-vN`` (gymnasium's own syntax) imports ``module`` first, as
+    ``gymnasium.make`` does, so that a package registering envs on import needs no other step.
+    """
+    module, _, name = id.rpartition(":")
+    if module:
+        import_env_modules([module])
     try:
-        gym.spec(id)
+        gym.spec(name)
     except gym.error.Error as err:
         raise ConfigError(
             f"gymnasium has no environment {id!r} ({type(err).__name__}: {err})", key="env.id",
-            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'),"
-            " import the package that registers it, or pick a preset: env=cartpole|pendulum|...",
+            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
+            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
+            "or pick a preset: env=cartpole|pendulum|...",
         ) from None
 
 
@@ -210,7 +229,13 @@ def make_gym_env(
     rescale_actions: bool = True,
     clip_actions: bool = True,
     make_kwargs: dict | None = None,
+    imports: list[str] | None = None,
 ) -> GymVecEnv:
-    """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset."""
+    """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset.
+
+    ``id`` may be ``module:EnvName-vN``; ``imports`` names modules to import first (those
+    that register custom envs); ``make_kwargs`` go to the env's constructor.
+    """
+    import_env_modules(imports)
     return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
                      clip_actions, None, make_kwargs)
