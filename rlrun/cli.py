@@ -195,10 +195,11 @@ def _task(cfg) -> None:
             raise
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
+    from rlrun.tracking import say
+
     ret = summary.get("eval/episode_return")
-    print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
-          f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> "
-          f"{summary['run_dir']}", file=sys.stderr)
+    say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
+        f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
     if summary["status"] == "interrupted":
         sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
 

@@ -8,6 +8,7 @@ count as step, so runs compare across algorithms in one store.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import sys
 import time
@@ -19,6 +20,19 @@ from rlrun.registry import register
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A new store's schema set-up logs a dozen INFO lines ("Creating initial MLflow database
+# tables", alembic's migrations) that bury rlrun's own; warnings still show.
+for _name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+log = logging.getLogger("rlrun")
+"""rlrun's own messages; Hydra's job log file (``<run dir>/rlrun.log``) receives them."""
+
+
+def say(line: str) -> None:
+    """Prints a message of rlrun to stderr and writes it to the run's log file (``log``)."""
+    print(line, file=sys.stderr, flush=True)
+    log.info(line)
 
 
 class Logger:
@@ -146,30 +160,46 @@ def make_none() -> Logger:
 
 
 class Progress:
-    """A live bar of frames, fps and recent return (a plain line per batch off a TTY)."""
+    """Progress of a run: a live bar on a terminal, else a line every ``interval`` seconds.
 
-    def __init__(self, total: int, initial: int, enabled: bool | str = "auto"):
+    Off a terminal (nohup, SLURM logs) ``enabled="auto"`` prints ``[rlrun] frames ...``
+    lines to stderr (and the run's log); on one, a tqdm bar whose own rate is the only
+    rate shown (the trainer's ``fps`` is left out of its postfix, as the two disagree:
+    tqdm smooths over updates, ``fps`` is the last batch's). The bar's state also goes
+    to the log file every ``interval`` seconds.
+    """
+
+    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0):
         tty = sys.stderr.isatty()
-        self.enabled = bool(enabled) if enabled != "auto" else tty
+        self.enabled = True if enabled == "auto" else bool(enabled)
         self.bar = None
         if self.enabled and tty:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True,
                             dynamic_ncols=True)
-        self.total, self.frames = total, initial
-        self._last_print = 0.0
+        self.total, self.frames, self.interval = total, initial, interval
+        self._last_print = -float("inf")  # the first batch prints: the run has started
+
+    def line(self, frames: int, info: dict[str, float]) -> str:
+        """The plain progress line: frames, percent, then ``key=value`` for each of ``info``."""
+        shown = "".join(f" {k}={v:.4g}" for k, v in info.items())
+        return f"[rlrun] frames {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
 
     def update(self, frames: int, info: dict[str, float]) -> None:
         if not self.enabled:
             return
+        now = time.monotonic()
+        due = now - self._last_print >= self.interval or frames >= self.total
         if self.bar is not None:
             self.bar.update(frames - self.frames)
-            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
-        elif time.monotonic() - self._last_print > 10 or frames >= self.total:
-            self._last_print = time.monotonic()
-            shown = " ".join(f"{k}={v:.4g}" for k, v in info.items())
-            print(f"[rlrun] frames {frames}/{self.total} {shown}", file=sys.stderr, flush=True)
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items() if k != "fps"}, refresh=False)
+            if due:
+                log.info(self.line(frames, info))
+        elif due:
+            say(self.line(frames, info))
+        if due:
+            self._last_print = now
         self.frames = frames
 
     def close(self) -> None:

@@ -19,6 +19,8 @@ final observations and evaluation, which an observation wrapper cannot do for
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +122,7 @@ class GymVecEnv:
             raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
                               fix="use env.vectorization=sync or env.vectorization=async")
         _check_id(id)
+        _quiet_mujoco(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
         self.id, self.num_envs = id, num_envs
         self.life_loss_terminal = life_loss_terminal
@@ -185,6 +188,27 @@ def import_env_modules(modules: list[str] | None) -> None:
         except ImportError as err:
             raise ConfigError(f"cannot import {module!r} ({err})", key="env.imports",
                               fix="install the package, or put its folder on PYTHONPATH") from None
+
+
+def _mujoco_warning(text: str) -> None:
+    # MuJoCo 3.3+ warns on every model load that gymnasium's v5 XMLs use deprecated
+    # attributes (settotalmass): one line per sub-env and evaluation env, nothing the
+    # user can act on. Those go to the debug log; every other MuJoCo warning is printed.
+    if "is deprecated" in text:
+        logging.getLogger("rlrun.envs").debug("mujoco: %s", text)
+    else:
+        print(f"MuJoCo warning: {text}", file=sys.stderr)
+
+
+def _quiet_mujoco(id: str) -> None:
+    """Routes MuJoCo's deprecation warnings to the debug log, for envs that load MuJoCo."""
+    entry = getattr(gym.spec(id.rpartition(":")[2]), "entry_point", "")
+    if "mujoco" not in str(entry):
+        return
+    import mujoco
+
+    if hasattr(mujoco, "set_mju_user_warning"):
+        mujoco.set_mju_user_warning(_mujoco_warning)
 
 
 def _check_id(id: str) -> None:
