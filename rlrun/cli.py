@@ -79,15 +79,20 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def _first_comment(path: Path) -> str:
+    """The preset's first comment block (its description), on one line."""
+    block: list[str] = []
     for line in path.read_text().splitlines():
         if line.startswith("#") and not line.startswith("# @package"):
-            return line.lstrip("# ").strip()
-    return ""
+            block.append(line.lstrip("# ").strip())
+        elif block:
+            break
+    return " ".join(block)
 
 
 def list_components(args: list[str]) -> int:
-    """Prints registered components and config presets, one line each."""
-    from rlrun.registry import KINDS, entries
+    """Prints registered components and config presets, one line each (no torch import)."""
+    from rlrun.component_index import summaries
+    from rlrun.registry import KINDS
 
     kind = args[0] if args else None
     groups, dirs = config_groups(), _group_dirs()
@@ -103,8 +108,8 @@ def list_components(args: list[str]) -> int:
                     print(f"  {f'{group}={opt}':<28} {_first_comment(dirs[group] / f'{opt}.yaml')}")
     if kind is None or kind in KINDS:
         print("registered components (name: in a config node):")
-        for e in entries(kind if kind in KINDS else None):
-            print(f"  {f'{e.kind}/{e.name}':<28} {e.summary}")
+        for k, name, summary in summaries(kind if kind in KINDS else None):
+            print(f"  {f'{k}/{name}':<28} {summary}")
     return 0
 
 
