@@ -205,3 +205,79 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class TensorBoardLogger(Logger):
+    """Scalars to TensorBoard event files in ``<run_dir>/tensorboard`` (``torch.utils.tensorboard``).
+
+    Params are written once as a Markdown table under the text tag ``config``; artifacts
+    are not copied (they stay in the run directory, which TensorBoard does not serve).
+    """
+
+    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ConfigError(f"TensorBoard is not installed ({err})", key="logger.name",
+                              fix="pip install 'rlrun[tensorboard]', or use logger=mlflow|csv") from None
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / subdir), flush_secs=flush_secs)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(params.items()))
+        self.writer.add_text("config", f"| key | value |\n|---|---|\n{rows}")
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, float(value), step)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.writer.add_text("status", status)
+        self.writer.close()
+
+
+class LoggerGroup(Logger):
+    """Several loggers at once: every call goes to each, in order.
+
+    ``run_id`` is the first member's that has one (MLflow's, kept in checkpoints to resume
+    the same tracking run).
+    """
+
+    def __init__(self, loggers: list[Logger]):
+        self.loggers = loggers
+        self.run_id = next((lg.run_id for lg in loggers if lg.run_id is not None), None)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        for lg in self.loggers:
+            lg.log_params(params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for lg in self.loggers:
+            lg.log_metrics(metrics, step)
+
+    def log_artifact(self, path: str | Path) -> None:
+        for lg in self.loggers:
+            lg.log_artifact(path)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        for lg in self.loggers:
+            lg.finish(status)
+
+
+@register("logger", "tensorboard")
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10) -> TensorBoardLogger:
+    """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
+    return TensorBoardLogger(run_dir, subdir, flush_secs)
+
+
+@register("logger", "multi")
+def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = None,
+               run_id: str | None = None, tags: dict | None = None) -> LoggerGroup:
+    """Several loggers at once, e.g. MLflow and TensorBoard (``logger.loggers.<name>`` nodes)."""
+    from rlrun.registry import build
+
+    if not loggers:
+        raise ConfigError("no loggers listed", key="logger.loggers",
+                          fix="list them, e.g. logger=multi (MLflow and TensorBoard)")
+    return LoggerGroup([build("logger", node, key=f"logger.loggers.{name}", run_dir=run_dir,
+                              run_name=run_name, run_id=run_id, tags=tags)
+                        for name, node in loggers.items() if node])
