@@ -160,26 +160,69 @@ def precheck(args: list[str]) -> None:
                 f"+{o.key_or_group}=...")
 
 
-def run_tags(hc, env_id: str | None = None) -> dict[str, str]:
-    """Tags identifying a run: presets (the env's after ``env_id``), sweep and job number, code version."""
+def _git_commit(where: Path | str) -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=where)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def env_package(env_id: str) -> str | None:
+    """The distribution implementing a gymnasium id (mujoco, ale-py, a user's package), if not gymnasium."""
+    import gymnasium as gym
+
+    try:
+        entry = gym.spec(env_id.rpartition(":")[2]).entry_point
+    except Exception:  # unknown id: the build reports it
+        return None
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if "mujoco" in module:
+        return "mujoco"
+    top = module.split(":")[0].split(".")[0]
+    return None if top in ("", "gymnasium") else top.replace("_", "-")
+
+
+def _versions(env_id: str | None) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    packages = ["torch", "tensordict", "gymnasium", *([p] if env_id and (p := env_package(env_id)) else [])]
+    out = {"rlrun_version": __version__}
+    for pkg in packages:
+        try:
+            out[f"version.{pkg}"] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def run_tags(hc, cfg=None) -> dict[str, str]:
+    """Tags identifying and reproducing a run: presets (the env's after ``env.id``), config hash,
+    versions (rlrun, torch, tensordict, gymnasium, the env's package), the git commit of the
+    directory it was launched from (and rlrun's own when rlrun is a checkout), sweep and job
+    number, SLURM job."""
     from hydra.types import RunMode
 
+    from rlrun.confighash import config_hash
+
     choices = hc.runtime.choices
+    env_id = cfg.get("env", {}).get("id") if cfg is not None else None
     tags = {"algo": str(choices.get("algo", "")), "env": env_name(str(choices.get("env", "")), env_id),
-            "rlrun_version": __version__}
+            **_versions(env_id)}
+    if cfg is not None:
+        from rlrun.run import flatten
+
+        tags["config_hash"] = config_hash(flatten(OmegaConf.to_container(cfg, resolve=True)))
     if hc.mode == RunMode.MULTIRUN:
         tags["sweep"] = Path(hc.sweep.dir).name
         tags["job_num"] = str(hc.job.num)
         tags["overrides"] = hc.job.override_dirname
-    for where in (Path(__file__).parent, hc.runtime.cwd):  # rlrun's checkout, else the project's
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=5, cwd=where)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if commit.returncode == 0:
-            tags["git_commit"] = commit.stdout.strip()
-            break
+    user, own = _git_commit(hc.runtime.cwd), _git_commit(Path(__file__).parent)
+    if user:
+        tags["git_commit"] = user
+    if own and own != user:
+        tags["rlrun_git_commit"] = own
     for var, tag in (("SLURM_JOB_ID", "slurm_job_id"), ("SLURM_ARRAY_JOB_ID", "slurm_array_job_id"),
                      ("SLURM_ARRAY_TASK_ID", "slurm_array_task_id")):
         if var in os.environ:
@@ -194,7 +237,7 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc, cfg.get("env", {}).get("id")))
+        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc, cfg))
     except RlrunError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -192,7 +192,9 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
             eval_env.close()
             return json.loads((run_dir / "summary.json").read_text())
 
-    run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
+    where = "-".join(filter(None, [(tags or {}).get("algo"), (tags or {}).get("env")]))  # e.g. ppo-cartpole
+    run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
+                        ) or run_dir.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name,
                    run_id=state.get("mlflow_run_id") if state else None,
                    tags={**(tags or {}), "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),

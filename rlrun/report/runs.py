@@ -6,8 +6,6 @@ reported (never created), and only search and history calls are made.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sqlite3
 from pathlib import Path
@@ -17,6 +15,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
+from rlrun.confighash import NOT_CONFIG, config_hash, experiment_params  # noqa: F401 (re-exported)
 from rlrun.errors import RlrunError
 
 # MLflow's own telemetry would try the network; this machine class has none.
@@ -29,23 +28,6 @@ PAGE_SIZE = 1000
 COLUMNS = ["run_id", "experiment", "run_name", "status", "start_time", "seed", "final_return",
            "final_return_std", "frames", "total_frames", "partial", "failed", "config_hash",
            "curve_steps", "curve_values", "tags", "params"]
-NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "eval.interval_frames",
-              "eval.max_envs", "checkpoint", "hydra", "paper")
-"""Params that do not change the experiment (the seed, where and how it is logged, run, resumed,
-checkpointed, how often it is evaluated) and so are left out of its config hash; a name
-matches itself and everything under it (``logger`` matches ``logger.tracking_uri``)."""
-
-
-def experiment_params(params: dict[str, str]) -> dict[str, str]:
-    """The params that define the experiment: all but ``NOT_CONFIG``."""
-    return {k: v for k, v in params.items()
-            if not any(k == n or k.startswith(n + ".") for n in NOT_CONFIG)}
-
-
-def config_hash(params: dict[str, Any]) -> str:
-    """12 hex digits identifying a config up to ``NOT_CONFIG`` (values compared as text)."""
-    text = json.dumps({k: str(v) for k, v in experiment_params(params).items()}, sort_keys=True)
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 class ReportError(RlrunError):

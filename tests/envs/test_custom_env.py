@@ -52,8 +52,18 @@ def package(tmp_path, monkeypatch):
 
 
 def test_module_colon_id_trains_and_names_the_run_after_the_env(package, capsys):
+    import subprocess
+
+    import gymnasium
+    import torch
     from mlflow.tracking import MlflowClient
 
+    from rlrun.report.runs import config_hash
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(package)]
+    subprocess.run([*git[:-2], "init", "-q", str(package)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "user project"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     code, _, err = run_cli([f"env.id={PACKAGE}:Corridor-v0", "+env.make_kwargs.length=2", *FAST],
                            package, capsys)
     assert code == 0, err
@@ -62,7 +72,14 @@ def test_module_colon_id_trains_and_names_the_run_after_the_env(package, capsys)
     summary = summary_of(run_dirs[0])
     assert summary["frames"] == 256
     run = MlflowClient(f"sqlite:///{package / 'mlflow.db'}").get_run(summary["mlflow_run_id"])
-    assert run.data.tags["env"] == "Corridor-v0" and run.data.params["env.make_kwargs.length"] == "2"
+    tags = run.data.tags
+    assert tags["env"] == "Corridor-v0" and run.data.params["env.make_kwargs.length"] == "2"
+    assert run.info.run_name.startswith("ppo-Corridor-v0 ")
+    # Receipts: the user's commit (not rlrun's), versions, the env's own package, the config hash.
+    assert tags["git_commit"] == head and tags.get("rlrun_git_commit") != head
+    assert tags["version.torch"] == torch.__version__ and tags["version.gymnasium"] == gymnasium.__version__
+    assert "version.tensordict" in tags and "version.rlrun-test-corridor" not in tags  # not a distribution
+    assert tags["config_hash"] == config_hash(run.data.params)
 
 
 def test_imports_list_registers_the_env(package, capsys):
@@ -82,3 +99,11 @@ def test_presets_keep_their_name_and_ids_drop_the_module():
     assert env_name("cartpole", "mypkg.envs:Corridor-v0") == "Corridor-v0"
     assert env_name("pong", "ALE/Pong-v5") == "pong"
     assert env_name("pong", "ALE/Breakout-v5") == "ALE_Breakout-v5"
+
+
+def test_the_env_package_recorded_for_builtin_ids():
+    from rlrun.cli import env_package
+
+    assert env_package("HalfCheetah-v5") == "mujoco"
+    assert env_package("CartPole-v1") is None  # gymnasium itself, recorded anyway
+    assert env_package("Nope-v0") is None
