@@ -45,8 +45,9 @@ class Entry:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.factory) or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+        """The docstring's first paragraph, on one line."""
+        doc = (inspect.getdoc(self.factory) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}

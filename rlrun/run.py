@@ -112,7 +112,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             print("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
                   "training continues with an empty one", file=sys.stderr)
 
-    run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
+    where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
+    run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
+                        ) or run_dir.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
                    resumed=resume["run_id"] is not None,  # a fresh start sets old metric files aside
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),

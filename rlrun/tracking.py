@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import logging
 import os
 import sys
 import time
@@ -23,6 +24,19 @@ from rlrun.registry import register
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A new store's schema set-up logs a dozen INFO lines ("Creating initial MLflow database
+# tables", alembic's migrations) that bury rlrun's own; warnings still show.
+for _name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+log = logging.getLogger("rlrun")
+"""rlrun's own messages; Hydra's job log file (``<run dir>/rlrun.log``) receives them."""
+
+
+def say(line: str) -> None:
+    """Prints a message of rlrun to stderr and writes it to the run's log file (``log``)."""
+    print(line, file=sys.stderr, flush=True)
+    log.info(line)
 
 PROBE_TIMEOUT_S = 5.0
 # While the run is set up, a server that answers but fails gets this many retries of this
@@ -222,32 +236,124 @@ def make_none() -> Logger:
 
 
 class Progress:
-    """A live bar of frames, fps and recent return (a plain line per batch off a TTY)."""
+    """Progress of a run: a live bar on a terminal, else a line every ``interval`` seconds.
 
-    def __init__(self, total: int, initial: int, enabled: bool | str = "auto"):
+    Off a terminal (nohup, SLURM logs) ``enabled="auto"`` prints ``[rlrun] frames ...``
+    lines to stderr (and the run's log); on one, a tqdm bar whose own rate is the only
+    rate shown (the trainer's ``fps`` is left out of its postfix, as the two disagree:
+    tqdm smooths over updates, ``fps`` is the last batch's). The bar's state also goes
+    to the log file every ``interval`` seconds.
+    """
+
+    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0):
         tty = sys.stderr.isatty()
-        self.enabled = bool(enabled) if enabled != "auto" else tty
+        self.enabled = True if enabled == "auto" else bool(enabled)
         self.bar = None
         if self.enabled and tty:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True,
                             dynamic_ncols=True)
-        self.total, self.frames = total, initial
-        self._last_print = 0.0
+        self.total, self.frames, self.interval = total, initial, interval
+        self._last_print = -float("inf")  # the first batch prints: the run has started
+
+    def line(self, frames: int, info: dict[str, float]) -> str:
+        """The plain progress line: frames, percent, then ``key=value`` for each of ``info``."""
+        shown = "".join(f" {k}={v:.4g}" for k, v in info.items())
+        return f"[rlrun] frames {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
 
     def update(self, frames: int, info: dict[str, float]) -> None:
         if not self.enabled:
             return
+        now = time.monotonic()
+        due = now - self._last_print >= self.interval or frames >= self.total
         if self.bar is not None:
             self.bar.update(frames - self.frames)
-            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
-        elif time.monotonic() - self._last_print > 10 or frames >= self.total:
-            self._last_print = time.monotonic()
-            shown = " ".join(f"{k}={v:.4g}" for k, v in info.items())
-            print(f"[rlrun] frames {frames}/{self.total} {shown}", file=sys.stderr, flush=True)
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items() if k != "fps"}, refresh=False)
+            if due:
+                log.info(self.line(frames, info))
+        elif due:
+            say(self.line(frames, info))
+        if due:
+            self._last_print = now
         self.frames = frames
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class TensorBoardLogger(Logger):
+    """Scalars to TensorBoard event files in ``<run_dir>/tensorboard`` (``torch.utils.tensorboard``).
+
+    Params are written once as a Markdown table under the text tag ``config``; artifacts
+    are not copied (they stay in the run directory, which TensorBoard does not serve).
+    """
+
+    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ConfigError(f"TensorBoard is not installed ({err})", key="logger.name",
+                              fix="pip install 'rlrun[tensorboard]', or use logger=mlflow|csv") from None
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / subdir), flush_secs=flush_secs)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(params.items()))
+        self.writer.add_text("config", f"| key | value |\n|---|---|\n{rows}")
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, float(value), step)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.writer.add_text("status", status)
+        self.writer.close()
+
+
+class LoggerGroup(Logger):
+    """Several loggers at once: every call goes to each, in order.
+
+    ``run_id`` is the first member's that has one (MLflow's, kept in checkpoints to resume
+    the same tracking run).
+    """
+
+    def __init__(self, loggers: list[Logger]):
+        self.loggers = loggers
+        self.run_id = next((lg.run_id for lg in loggers if lg.run_id is not None), None)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        for lg in self.loggers:
+            lg.log_params(params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for lg in self.loggers:
+            lg.log_metrics(metrics, step)
+
+    def log_artifact(self, path: str | Path) -> None:
+        for lg in self.loggers:
+            lg.log_artifact(path)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        for lg in self.loggers:
+            lg.finish(status)
+
+
+@register("logger", "tensorboard")
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10) -> TensorBoardLogger:
+    """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
+    return TensorBoardLogger(run_dir, subdir, flush_secs)
+
+
+@register("logger", "multi")
+def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = None,
+               run_id: str | None = None, tags: dict | None = None) -> LoggerGroup:
+    """Several loggers at once, e.g. MLflow and TensorBoard (``logger.loggers.<name>`` nodes)."""
+    from rlrun.registry import build
+
+    if not loggers:
+        raise ConfigError("no loggers listed", key="logger.loggers",
+                          fix="list them, e.g. logger=multi (MLflow and TensorBoard)")
+    return LoggerGroup([build("logger", node, key=f"logger.loggers.{name}", run_dir=run_dir,
+                              run_name=run_name, run_id=run_id, tags=tags)
+                        for name, node in loggers.items() if node])

@@ -144,7 +144,7 @@ def make_atari_env(
     repeat_action_probability: Fraction = 0.0,
     full_action_space: bool = False,
     fire_reset: bool = False,
-    reward_clip: str | None = None,
+    reward_clip: Literal["sign"] | None = None,
 ) -> AtariVecEnv:
     """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.
 
