@@ -75,15 +75,16 @@ BAD_INPUTS = [
     (["collector.frames_per_batch=0"], ["collector.frames_per_batch: must be a positive integer"]),
     (["collector.frames_per_batch=abc"], ["collector.frames_per_batch: must be a positive integer"]),
     (["collector.init_random_frames=-1"], ["collector.init_random_frames: must be a non-negative"]),
-    (["collector.reward_scale=0"], ["collector.reward_scale: must be a number > 0, got 0"]),
-    (["collector.reward_clip=clip"], ["collector.reward_clip: must be sign or null, got 'clip'"]),
+    (["env.reward_scale=0"], ["env.reward_scale: must be a number > 0, got 0"]),
+    (["env.reward_clip=clip"], ["env.reward_clip: must be sign or null, got 'clip'"]),
+    (["+collector.reward_scale=2"], ["collector.reward_scale: unknown option"]),  # lives with the env now
     (["buffer.batch_size=512"], ["buffer.batch_size: minibatches of 512 do not fit in the 256 frames"]),
     (["buffer.batch_size=0"], ["buffer.batch_size: must be a positive integer, got 0"]),  # not ceil_div's
     (["trainer.learning_starts=${nosuch.key}"],
      ["trainer.learning_starts: ${nosuch.key} refers to no config key"]),
     ([*SAC, "buffer.capacity=100"], ["buffer.capacity: the buffer (100) cannot hold one batch of 200 frames",
                                      "buffer.capacity >= 200"]),
-    ([*SAC, "buffer.capacity=0"], ["buffer.capacity: must be a positive integer, got 0"]),
+    ([*SAC, "buffer.capacity=0"], ["buffer.capacity: must be a positive integer or null, got 0"]),
     ([*SAC, "buffer.alpha=-0.5"], ["buffer.alpha: must be a number >= 0, got -0.5", "(default: 0.6)"]),
     ([*SAC, "buffer.beta=2"], ["buffer.beta: must be a number >= 0 and <= 1, got 2"]),
     ([*SAC, "buffer.sampler=random"], ["buffer.sampler: must be one of uniform, without_replacement"]),
@@ -98,7 +99,8 @@ BAD_INPUTS = [
     (["optim.weight_decay=-1"], ["optim.weight_decay: must be a number >= 0, got -1"]),
     (["optim.max_grad_norm=0"], ["optim.max_grad_norm: must be a number > 0 or null, got 0"]),
     (["optim.lr_schedule=cosine"], ["optim.lr_schedule: must be one of constant, linear, got 'cosine'"]),
-    (["optim.optimizer=adamax"], ["optim.optimizer: unknown optimizer 'adamax'"]),
+    (["optim.name=adamax"], ["optim.name: unknown optim 'adamax'"]),
+    (["optim=adamax"], ["optim: unknown optim 'adamax'"]),
     # envs
     (["env.num_envs=0"], ["env.num_envs: must be a positive integer, got 0"]),
     (["env.num_envs=abc"], ["env.num_envs: must be a positive integer, got 'abc'"]),
@@ -110,7 +112,9 @@ BAD_INPUTS = [
     # exploration and hooks
     (["algo=td3", "env=pendulum", "exploration.sigma=-1"], ["exploration.sigma: must be a number >= 0"]),
     (["algo=dqn", "exploration.eps_end=2"], ["exploration.eps_end: must be a number >= 0 and <= 1, got 2"]),
-    (["hooks.gae.gamma=abc"], ["hooks.gae.gamma: expected float, got 'abc'"]),
+    (["gamma=abc"], ["gamma: must be a number >= 0 and <= 1, got 'abc'"]),
+    (["gamma=1.5"], ["gamma: must be a number >= 0 and <= 1, got 1.5"]),
+    (["hooks.gae.lmbda=abc"], ["hooks.gae.lmbda: expected float, got 'abc'"]),
     # files and directories
     (["resume={tmp}/empty.pt"], ["resume: checkpoint", "empty.pt is empty (0 bytes)", "delete"]),
     (["resume={tmp}/evil.pt"], ["resume: cannot read checkpoint", "getattr"]),
