@@ -258,7 +258,7 @@ def _restore(state: dict, run: Run, path: Path) -> None:
     except (RuntimeError, KeyError, ValueError) as err:
         raise CheckpointError(
             f"checkpoint {path} does not fit this config ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:300]})", key="resume",
+            f"{checkpoint.error_reason(err)[:300]})", key="resume",
             fix="resume with the config the run started with (see its config.yaml), "
             "or start afresh with resume=false") from None
 
