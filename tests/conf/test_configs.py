@@ -22,7 +22,8 @@ CONTINUOUS_ONLY = {"sac", "td3", "ddpg"}
 DISCRETE_ONLY = {"dqn"}
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
-CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn", "dqn": "qnet_cnn"}
+CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn",
+              "dqn": "qnet_cnn"}
 
 
 def split_tuned(option: str) -> tuple[str, str]:
