@@ -104,7 +104,12 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                   file=sys.stderr)
             collector.shutdown()
             run.close()
-            return json.loads((run_dir / "summary.json").read_text())
+            summary = json.loads((run_dir / "summary.json").read_text())
+            if resume["run_id"] is not None and summary.get("status") == "finished":
+                # a kill between the summary and the tracker's finish() left it RUNNING: finish it
+                build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
+                      run_id=resume["run_id"], resumed=True).finish("FINISHED")
+            return summary
         print(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
               f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]),
               file=sys.stderr)
