@@ -21,6 +21,10 @@ def test_wheel_install_runs_from_any_directory(tmp_path, wheel_venv):
     where = subprocess.run([str(py), "-c", "import rlrun.conf, sys; print(rlrun.conf.__file__)"],
                            cwd=elsewhere, capture_output=True, text=True, check=True).stdout
     assert str(venv) in where  # the installed copy, not the source tree
+    index = subprocess.run([str(py), "-c", "from importlib.resources import files; "
+                            "print(files('rlrun').joinpath('component_index.json').is_file())"],
+                           cwd=elsewhere, capture_output=True, text=True, check=True).stdout
+    assert index.strip() == "True"  # rlrun list reads it instead of importing torch
 
 
 def test_wheel_venv_sees_the_environment_running_the_tests(wheel_venv):

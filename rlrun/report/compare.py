@@ -99,7 +99,9 @@ def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path
     finals = [f[np.isfinite(f)] for f in finals]
     if any(len(f) for f in finals):
         every = np.concatenate(finals)
-        taus = np.linspace(every.min(), every.max(), PROFILE_POINTS)
+        low, high = float(every.min()), float(every.max())
+        pad = 0.05 * (high - low) or max(1.0, 0.1 * abs(low))  # all runs equal: still show the drop
+        taus = np.linspace(low - pad, high + pad, PROFILE_POINTS)
         for cell, scores, color in zip(cells, finals, colors):
             if not len(scores):
                 continue
