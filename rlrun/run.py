@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
 from rlrun.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.signals import chain_signal_handler, install_stop_handlers, restore_handlers
-from rlrun.tracking import Progress
+from rlrun.tracking import Progress, say
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 
@@ -99,9 +98,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     if state is not None:
         _restore(state, run, ckpt_path)
         if collector.frames >= collector.total_frames and (run_dir / "summary.json").exists():
-            print(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
-                  "raise total_frames to train on, or use resume=false to start afresh",
-                  file=sys.stderr)
+            say(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
+                  "raise total_frames to train on, or use resume=false to start afresh")
             collector.shutdown()
             run.close()
             summary = json.loads((run_dir / "summary.json").read_text())
@@ -110,12 +108,11 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                 build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
                       run_id=resume["run_id"], resumed=True).finish("FINISHED")
             return summary
-        print(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
-              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]),
-              file=sys.stderr)
+        say(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
+              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
         if state.get("buffer") is None and buffer is not None:
-            print("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
-                  "training continues with an empty one", file=sys.stderr)
+            say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
+                  "training continues with an empty one")
 
     where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
     run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
@@ -150,9 +147,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
         if not keep_buffer and written and not warned:
             warned.append(True)
-            print(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
+            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
                   f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
-                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer", file=sys.stderr)
+                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
         checkpoint.save({
             "frames": trainer.frames, "optim_steps": trainer.optim_steps,
             "batches": trainer.batches, "wall_time": trainer.wall_time,

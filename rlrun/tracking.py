@@ -38,6 +38,7 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
     log.info(line)
 
+
 PROBE_TIMEOUT_S = 5.0
 # While the run is set up, a server that answers but fails gets this many retries of this
 # many seconds (MLflow's defaults, 7 retries with backoff, wait minutes); a user's own
