@@ -81,11 +81,37 @@ def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
     assert out["loss_critic"].item() == pytest.approx(expected_sum / B, rel=1e-5)
     assert "loss_actor" not in out  # first call of a delay-2 loss
 
-    # the same loss with the online nets, or unclipped noise, is a different number
+    # the same target with the online nets, unclipped noise, or unclamped actions is a different number
+    nxt = td["next", "observation"]
     with torch.no_grad():
-        q_online = loss.models.critic(td["next", "observation"],
-                                      (loss.models.actor.act(td["next", "observation"]) + noise).clamp(-1, 1))
-    assert not torch.allclose(q_online.min(0).values, torch.minimum(q1, q2))
+        variants = [loss.models.critic(nxt, (loss.models.actor.act(nxt) + noise).clamp(-1, 1)),
+                    loss.target_critic(nxt, (mu + raw).clamp(-1, 1)),
+                    loss.target_critic(nxt, mu + noise)]
+    for q_variant in variants:
+        assert not torch.allclose(q_variant.min(0).values, torch.minimum(q1, q2))
+
+
+def test_td3_importance_weights_scale_each_twins_squared_error():
+    gamma = 0.9
+    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
+                         target_noise=0.0)
+    perturbed_targets(loss)
+    td = transitions(4)
+    td["priority_weight"] = torch.linspace(0.0, 2.0, B)
+    out = loss(td)
+    with torch.no_grad():
+        a2 = loss.target_actor.act(td["next", "observation"])
+    q1n, q2n = twin_q(loss.target_critic, td["next", "observation"], a2)
+    online = twin_q(loss.models.critic, td["observation"], td["action"])
+    expected, td_err = 0.0, []
+    for i in range(B):
+        bootstrap = 0.0 if bool(td["next", "terminated"][i]) else gamma * min(float(q1n[i]), float(q2n[i]))
+        y = float(td["next", "reward"][i]) + bootstrap
+        w = float(td["priority_weight"][i])
+        expected += sum(w * (float(q[i]) - y) ** 2 for q in online)
+        td_err.append(max(abs(float(q[i]) - y) for q in online))
+    assert out["loss_critic"].item() == pytest.approx(expected / B, rel=1e-5)
+    np.testing.assert_allclose(out["td_error"].numpy(), td_err, rtol=1e-5)
 
 
 def test_td3_actor_loss_is_minus_the_first_q_of_the_online_actor():

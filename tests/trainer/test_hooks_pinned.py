@@ -358,3 +358,23 @@ def test_evaluation_uses_the_deterministic_act_raw_rewards_and_per_env_quotas(
         assert result["eval/episode_return_std"] == pytest.approx(np.std(returns))
         assert result["eval/episodes"] == episodes
     assert logged[-1] is evaluation.last and seen[-1] == ("post_eval", evaluation.last)
+
+
+# --- observation statistics: updated from the whole batch, after training on it ----------------
+
+
+def test_observation_stats_update_after_the_optimisation_from_the_batch():
+    from rlrun.modules.networks import ObservationNormalizer
+    from rlrun.trainer.hooks import ObservationStats
+
+    norm = ObservationNormalizer((2,))
+    trainer = SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(normalizer=norm)))
+    hook = ObservationStats()
+    obs = torch.tensor([[[1.0, 10.0], [3.0, 20.0]], [[5.0, 30.0], [7.0, 40.0]]])  # [envs, T, dim]
+    hook.process_batch(trainer, TensorDict({"observation": obs}, [2, 2]))
+    assert torch.equal(norm.mean, torch.zeros(2))  # training uses the statistics it collected with
+    hook.post_steps(trainer)
+    torch.testing.assert_close(norm.mean, torch.tensor([4.0, 25.0]), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(norm.var, torch.tensor([5.0, 125.0]), atol=1e-4, rtol=1e-5)  # population var
+    hook.post_steps(trainer)  # nothing pending: no second update from the same batch
+    assert float(norm.count) == pytest.approx(4.0, abs=1e-6)
