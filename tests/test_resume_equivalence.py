@@ -18,6 +18,7 @@ end the schedules, counters and learning rates agree.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from resume_utils import (
     scramble_global_rngs,
 )
 
+import rlrun
 from rlrun import run
 
 SMALL = ["logger=none", "device=cpu", "progress=false", "model.hidden=[16,16]", "eval.episodes=1"]
@@ -166,8 +168,11 @@ def test_fresh_process_restores_every_component(resumed, config, tmp_path):
     r = resumed(config)
     run_dir, out = r.copy(f"process-{tmp_path.name}"), tmp_path / "state.pt"
     script = Path(__file__).with_name("resume_utils.py")
+    # the child imports the rlrun this process runs (a mutation tool's copy included)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(rlrun.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(script), str(run_dir / "config.yaml"), str(run_dir), str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = torch.load(out, weights_only=False)
     for component in COMPONENTS[config]:
