@@ -232,3 +232,92 @@ def test_ppo_clipped_objective_by_hand(normalize):
     assert out["clip_fraction"].item() == pytest.approx(4 / B)  # 0.5 and 1.5, twice
     kl = sum((r - 1) - math.log(r) for r in ratios) / B
     assert out["approx_kl"].item() == pytest.approx(kl, rel=1e-5)
+
+
+def test_td3_noise_scale_is_the_target_noise_std():
+    """A small std against a wide clip: most of the noise is unclipped, so its scale shows."""
+    n, gamma, sigma, clip = 64, 0.9, 0.1, 0.5
+    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
+                         target_noise=sigma, noise_clip=clip)
+    g = torch.Generator().manual_seed(9)
+    td = TensorDict({"observation": torch.randn(n, 3, generator=g),
+                     "action": torch.rand(n, 1, generator=g) - 0.5,
+                     "next": {"observation": torch.randn(n, 3, generator=g), "reward": torch.zeros(n, 1),
+                              "terminated": torch.zeros(n, 1, dtype=torch.bool)}}, [n])
+    torch.manual_seed(3)
+    out = loss(td)
+    torch.manual_seed(3)
+    noise = (torch.randn(n, 1) * sigma).clamp(-clip, clip)
+    nxt = td["next", "observation"]
+    with torch.no_grad():
+        y = gamma * loss.target_critic(nxt, (loss.target_actor.act(nxt) + noise).clamp(-1, 1)).min(0).values
+        q = loss.models.critic(td["observation"], td["action"])
+    assert out["loss_critic"].item() == pytest.approx(((q - y) ** 2).mean(-1).sum().item(), rel=1e-5)
+
+
+def test_ddpg_draws_nothing_from_the_global_rng():
+    loss = make_ddpg_loss(actor_twin_q(CONT, hidden=[8], head="deterministic", num_q=1))
+    before = torch.get_rng_state()
+    loss(transitions())
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_advantage_normalisation_needs_two_samples(n):
+    """One sample has no std (left as is); two are normalised to -1/sqrt(2), +1/sqrt(2)."""
+    spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
+    torch.manual_seed(0)
+    models = actor_critic(spec, hidden=[8])
+    obs, action = torch.randn(n, 4), torch.randint(2, (n,))
+    adv = torch.tensor([3.0, 5.0][:n])
+    with torch.no_grad():
+        logp = models.actor.dist(obs).log_prob(action)
+    td = TensorDict({"observation": obs, "action": action, "advantage": adv, "sample_log_prob": logp,
+                     "value_target": torch.zeros(n)}, [n])
+    normed = adv if n == 1 else torch.tensor([-1.0, 1.0]) / math.sqrt(2)
+    a2c = make_a2c_loss(models, normalize_advantage=True)(td)["loss_objective"]
+    torch.testing.assert_close(a2c, -(logp * normed).mean())
+    ppo = PPOLoss(models, normalize_advantage=True)(td)["loss_objective"]  # ratio 1
+    torch.testing.assert_close(ppo, -normed.mean())
+
+
+def test_output_keys_and_param_groups_are_the_logged_and_configured_names():
+    """Loss keys become metric names (loss/critic, train/q_value); group names are config keys."""
+    disc = EnvSpec((4,), np.dtype(np.float32), True, 2)
+    td_disc = TensorDict({"observation": torch.randn(B, 4), "action": torch.randint(2, (B,)),
+                          "advantage": torch.randn(B), "value_target": torch.randn(B),
+                          "sample_log_prob": torch.zeros(B)}, [B])
+    ac = actor_critic(disc, hidden=[8])
+    assert set(make_a2c_loss(ac)(td_disc)) == {"loss_objective", "loss_critic", "loss_entropy", "entropy"}
+    assert set(PPOLoss(ac)(td_disc)) == {"loss_objective", "loss_critic", "loss_entropy", "entropy",
+                                         "approx_kl", "clip_fraction"}
+    assert make_a2c_loss(ac).param_groups().keys() == {"all"}
+    q = qnet(EnvSpec((3,), np.dtype(np.float32), True, 2), hidden=[8])
+    dqn = make_dqn_loss(q)
+    td = transitions()
+    td["action"] = torch.randint(2, (B,))
+    assert set(dqn(td)) == {"loss_critic", "q_value", "td_error"}
+    assert dqn.param_groups() == {"critic": list(q.critic.parameters())}
+    td3 = make_td3_loss(actor_twin_q(CONT, hidden=[8], head="deterministic"), policy_delay=1)
+    assert set(td3(transitions())) == {"loss_critic", "q_value", "td_error", "loss_actor"}
+    groups = td3.param_groups()
+    assert groups == {"actor": list(td3.models.actor.parameters()),
+                      "critic": list(td3.models.critic.parameters())}
+
+
+def test_sac_learned_temperature_is_its_own_group_and_moves():
+    from rlrun.algos.sac import make_sac_loss
+    from rlrun.trainer.optim import OptimizerStep
+
+    spec = EnvSpec((3,), np.dtype(np.float32), False, 2)
+    loss = make_sac_loss(actor_twin_q(spec, hidden=[8]), spec)
+    assert loss.param_groups()["alpha"] == [loss.log_alpha]
+    out_keys = {"loss_critic", "loss_actor", "loss_alpha", "alpha", "entropy", "q_value", "td_error"}
+    td = TensorDict({"observation": torch.randn(B, 3), "action": torch.rand(B, 2) * 2 - 1,
+                     "next": {"observation": torch.randn(B, 3), "reward": torch.randn(B, 1),
+                              "terminated": torch.zeros(B, 1, dtype=torch.bool)}}, [B])
+    out = loss(td)
+    assert set(out) == out_keys
+    before = loss.log_alpha.item()
+    OptimizerStep(loss.param_groups(), lr=0.1).step(out)
+    assert loss.log_alpha.item() != before
