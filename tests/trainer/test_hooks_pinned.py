@@ -378,3 +378,66 @@ def test_observation_stats_update_after_the_optimisation_from_the_batch():
     torch.testing.assert_close(norm.var, torch.tensor([5.0, 125.0]), atol=1e-4, rtol=1e-5)  # population var
     hook.post_steps(trainer)  # nothing pending: no second update from the same batch
     assert float(norm.count) == pytest.approx(4.0, abs=1e-6)
+
+
+def test_evaluator_splits_an_uneven_count_of_episodes_over_sub_envs(make_counter_env):
+    from rlrun.trainer.evaluation import Evaluator
+
+    # 3 episodes on 2 sub-envs: quotas 2 and 1; returns 3 (sub-env 0, twice) and 15 (sub-env 1)
+    env = make_counter_env(num_envs=2, terminate_at=[2, 5])
+    evaluator = Evaluator(env, 3, seed=10)
+    assert evaluator.quota.tolist() == [2, 1]
+    assert sorted(evaluator.evaluate(TwoFacedActor().act).tolist()) == [3.0, 3.0, 15.0]
+
+
+class ConstantEvaluator:
+    def __init__(self, value: float):
+        self.value, self.calls = value, 0
+
+    def evaluate(self, act):
+        self.calls += 1
+        return np.array([self.value, self.value])
+
+
+class EvalTrainer(SimpleNamespace):
+    def __init__(self, frames: int, total: int):
+        super().__init__(frames=frames, collector=SimpleNamespace(total_frames=total),
+                         loss=SimpleNamespace(models=SimpleNamespace(actor=TwoFacedActor())),
+                         stops=[], logged=[])
+
+    def log(self, metrics):
+        self.logged.append(metrics)
+
+    def call_hooks(self, point, metrics):
+        pass
+
+    def request_stop(self, reason, interrupted=True):
+        self.stops.append((reason, interrupted))
+
+
+@pytest.mark.parametrize(("value", "stops"), [(199.0, []), (200.0, [("eval return reached 200.0", False)])])
+def test_evaluation_stops_a_run_that_reaches_its_target_as_a_normal_end(value, stops):
+    from rlrun.trainer.evaluation import Evaluation
+
+    evaluation = Evaluation(ConstantEvaluator(value), interval_frames=10, target_return=200.0)
+    trainer = EvalTrainer(frames=10, total=100)
+    evaluation.post_steps_log(trainer, None)
+    assert trainer.stops == stops
+
+
+def test_evaluation_every_batch_with_interval_one_and_schedule_state():
+    from rlrun.trainer.evaluation import Evaluation
+
+    evaluator = ConstantEvaluator(1.0)
+    evaluation = Evaluation(evaluator, interval_frames=1)
+    trainer = EvalTrainer(frames=0, total=100)
+    for frames in (3, 6, 9):
+        trainer.frames = frames
+        evaluation.post_steps_log(trainer, None)
+    assert evaluator.calls == 3 and evaluation.next_at == 10
+    seconds = evaluation.seconds
+    assert 0 < seconds == trainer.logged[-1]["eval/time_total_s"]
+    assert trainer.logged[0]["eval/time_total_s"] < seconds  # accumulated over evaluations
+    restored = Evaluation(ConstantEvaluator(1.0), interval_frames=1)
+    restored.load_state_dict(evaluation.state_dict())
+    assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
