@@ -441,3 +441,39 @@ def test_evaluation_every_batch_with_interval_one_and_schedule_state():
     restored = Evaluation(ConstantEvaluator(1.0), interval_frames=1)
     restored.load_state_dict(evaluation.state_dict())
     assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
+
+
+def test_unknown_replay_mode_is_a_config_error_naming_the_key():
+    from rlrun.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Replay("sometimes")
+    assert err.value.key == "hooks.replay.mode" and "sometimes" in str(err.value)
+
+
+# --- training statistics: per-batch averages of the losses, episode returns, fps --------------
+
+
+def test_train_stats_average_losses_over_the_batch_and_log_returns_and_fps():
+    from rlrun.trainer.hooks import TrainStats
+
+    logged = []
+    pops = iter([([10.0, 20.0], [5, 7]), ([], []), ([30.0], [9])])
+    trainer = SimpleNamespace(log=logged.append, frames=0, wall_time=0.0, optim_steps=0,
+                              collector=SimpleNamespace(pop_episode_stats=lambda: next(pops)),
+                              optimizer=SimpleNamespace(last_grad_norms={"actor": 0.5}))
+    stats = TrainStats()
+    for batch, losses in enumerate([[1.0, 3.0], [], [4.0]]):
+        for v in losses:
+            stats.post_loss(trainer, None, {"loss_critic": torch.tensor(v), "q_value": torch.tensor(2 * v),
+                                            "td_error": torch.ones(3)})
+        trainer.frames, trainer.wall_time, trainer.optim_steps = 100 * (batch + 1), 2.0 * (batch + 1), batch
+        stats.post_steps_log(trainer, None)
+    first, second, third = logged
+    assert first["loss/critic"] == 2.0 and first["train/q_value"] == 4.0 and "train/td_error" not in first
+    assert first["train/episode_return"] == 15.0 and first["train/episode_length"] == 6.0
+    assert "time/fps" not in first  # no earlier batch to measure from
+    assert "loss/critic" not in second and "train/episode_return" not in second
+    assert second["time/fps"] == 100 / 2.0 and second["train/grad_norm_actor"] == 0.5
+    assert third["loss/critic"] == 4.0 and third["train/optim_steps"] == 2.0 and third["time/wall_s"] == 6.0
+    assert stats.recent_returns == [10.0, 20.0, 30.0]
