@@ -176,7 +176,7 @@ def replay_transitions(n: int, discrete: bool) -> TensorDict:
     }, [n])
 
 
-def prioritized_trainer(loss, data: TensorDict, alpha=0.6, beta=0.4):
+def prioritized_trainer(loss, data: TensorDict, alpha, beta):
     buffer = make_replay_buffer(capacity=16, batch_size=6, sampler="prioritized", alpha=alpha, beta=beta)
     trainer = SimpleNamespace(buffer=buffer, loss=loss)
     hook = Replay("off_policy")
@@ -194,7 +194,7 @@ def expected_weights(sampler, index, beta):
 
 
 def test_dqn_importance_weights_and_priority_updates_end_to_end():
-    gamma, eps, alpha, beta = 0.9, 1e-6, 0.6, 0.4
+    gamma, eps, alpha, beta = 0.9, 1e-6, 0.7, 0.5  # not the defaults, so that both must reach the sampler
     w = [[1.0, -0.5], [0.25, 2.0]]
     loss = DQNLoss(Models(None, TableQ(w)), gamma=gamma, double=False, loss="huber")
     with torch.no_grad():
@@ -253,7 +253,7 @@ class LinearTwinQ(nn.Module):
 
 
 def test_sac_importance_weights_and_priority_updates_end_to_end():
-    gamma, alpha_t, eps, alpha, beta = 0.9, 0.2, 1e-6, 0.6, 0.4
+    gamma, alpha_t, eps, alpha, beta = 0.9, 0.2, 1e-6, 0.7, 0.5
     loss = SACLoss(Models(FixedActor(), LinearTwinQ([1.0, 2.0])), action_dim=1, gamma=gamma,
                    init_alpha=alpha_t)
     with torch.no_grad():
