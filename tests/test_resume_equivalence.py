@@ -47,6 +47,7 @@ OFF_POLICY = [*SMALL, "env=pendulum", "total_frames=400", "collector.frames_per_
 CONFIGS = {
     "sac_prioritized": ["algo=sac", "buffer=prioritized", *OFF_POLICY],
     "ddpg_ou": ["algo=ddpg", *OFF_POLICY],
+    "td3_gaussian": ["algo=td3", *OFF_POLICY],
     "ppo_normalizer_linear_lr": [
         *SMALL, "algo=ppo", "env=cartpole", "model.normalize_observations=true",
         "optim.lr_schedule=linear", "total_frames=512", "env.num_envs=2",
@@ -54,16 +55,18 @@ CONFIGS = {
         "eval.interval_frames=96", "checkpoint.interval_frames=160"],
 }
 WRITER_SEED = 777
-STOP_AT = {"sac_prioritized": 150, "ddpg_ou": 150, "ppo_normalizer_linear_lr": 256}
+STOP_AT = {"sac_prioritized": 150, "ddpg_ou": 150, "td3_gaussian": 150, "ppo_normalizer_linear_lr": 256}
 BASE = ["models", "optimizer", "lr", "rng", "buffer", "priorities", "collector", "counters",
         "hook:evaluation", "hook:checkpoint"]
 COMPONENTS = {
     "sac_prioritized": [*BASE, "hook:target_update"],
     "ddpg_ou": [*BASE, "hook:target_update", "hook:exploration"],
+    "td3_gaussian": [*BASE, "hook:target_update", "hook:exploration"],
     "ppo_normalizer_linear_lr": BASE,
 }
 # a constant learning rate, and a uniform sampler (no state), are the same in a fresh run
-INSENSITIVE = {"sac_prioritized": {"lr"}, "ddpg_ou": {"lr", "priorities"}, "ppo_normalizer_linear_lr": set()}
+INSENSITIVE = {"sac_prioritized": {"lr"}, "ddpg_ou": {"lr", "priorities"},
+               "td3_gaussian": {"lr", "priorities"}, "ppo_normalizer_linear_lr": set()}
 
 
 def _build_only(cfg, run_dir: Path) -> dict:
@@ -159,6 +162,9 @@ def test_checkpoint_holds_non_trivial_state(resumed):
     assert sac.checkpoint["hook:checkpoint"]["next_at"] == 250
     assert ddpg.checkpoint["hook:exploration"]["frames"] == 150 - 50  # not the 50 random frames
     assert ddpg.checkpoint["hook:exploration"]["state"].abs().sum() > 0
+    td3 = resumed("td3_gaussian")
+    assert td3.checkpoint["hook:exploration"] == {"frames": 100}
+    assert td3.checkpoint["models"]["_extra_state"] == {"calls": 15}  # TD3's actor-delay counter
     assert ppo.checkpoint["models"]["models.normalizer.count"] > 0
     assert ppo.checkpoint["lr"]["all"] == [pytest.approx(1e-3 * (1 - 256 / 512))]
 
