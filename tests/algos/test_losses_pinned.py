@@ -56,20 +56,21 @@ def twin_q(critic, obs, action) -> list[torch.Tensor]:
 
 def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
     gamma, sigma, clip = 0.9, 0.4, 0.3
+    torch.manual_seed(0)  # networks, and so which smoothed actions cross the bounds, fixed
     loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
                          target_noise=sigma, noise_clip=clip, policy_delay=2)
     perturbed_targets(loss)
     td = transitions()
-    torch.manual_seed(7)
+    torch.manual_seed(0)
     out = loss(td)
 
-    torch.manual_seed(7)
+    torch.manual_seed(0)
     raw = torch.randn(B, 1) * sigma  # the one draw the loss makes, recomputed from the same seed
     assert (raw.abs() > clip).any(), "the test needs noise beyond the clip"
     noise = torch.tensor([[min(max(x, -clip), clip)] for x in raw.squeeze(-1).tolist()])
     with torch.no_grad():
         mu = loss.target_actor.act(td["next", "observation"])
-    assert (mu + noise).abs().max() > 1, "the test needs smoothed actions beyond the action bounds"
+    assert ((mu + noise) > 1).any() and ((mu + noise) < -1).any(), "the test needs both bounds crossed"
     a2 = (mu + noise).clamp(-1, 1)
     q1, q2 = twin_q(loss.target_critic, td["next", "observation"], a2)
     expected_sum = 0.0
