@@ -45,3 +45,14 @@ def test_negative_exponents_or_eps_are_refused(args):
 def test_buffer_hands_alpha_and_beta_to_the_sampler():
     rb = ReplayBuffer(8, 2, sampler="prioritized", alpha=0.3, beta=0.9)
     assert (rb._sampler.alpha, rb._sampler.beta) == (0.3, 0.9)
+
+
+def test_small_priorities_sample_and_all_zero_priorities_are_refused():
+    s = PrioritizedSampler(alpha=1.0, eps=0.0, capacity=4)
+    s.on_extend(torch.arange(4))
+    s.update_priority(torch.arange(4), torch.full((4,), 0.01))  # total 0.04: still sampled
+    index, weight = s.sample(4, 8, torch.Generator().manual_seed(0))
+    assert index.max() < 4 and torch.allclose(weight, torch.ones(8))
+    s.update_priority(torch.arange(4), torch.zeros(4))
+    with pytest.raises(RuntimeError):
+        s.sample(4, 8, torch.Generator().manual_seed(0))

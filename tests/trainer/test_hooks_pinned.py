@@ -182,8 +182,9 @@ def prioritized_trainer(loss, data: TensorDict, alpha, beta):
     hook = Replay("off_policy")
     hook.process_batch(trainer, data)
     sampler = buffer._sampler
-    # distinct priorities, so that the importance weights are not all one
-    sampler.update_priority(torch.arange(len(data)), torch.linspace(0.1, 2.0, len(data)))
+    # distinct priorities, so that the importance weights are not all one; the smallest in the
+    # right half of the tree, so that the weights' normaliser must be the root's minimum
+    sampler.update_priority(torch.arange(len(data)), torch.linspace(2.0, 0.1, len(data)))
     return trainer, hook, sampler
 
 
@@ -226,7 +227,7 @@ def test_dqn_importance_weights_and_priority_updates_end_to_end():
         assert leaves[i].item() == pytest.approx((err + eps) ** alpha, rel=1e-5)
     untouched = sorted(set(range(10)) - set(td))
     np.testing.assert_allclose(leaves[untouched].numpy(),
-                               ((torch.linspace(0.1, 2.0, 10)[untouched].double() + eps) ** alpha).numpy(),
+                               ((torch.linspace(2.0, 0.1, 10)[untouched].double() + eps) ** alpha).numpy(),
                                rtol=1e-6)
 
 
