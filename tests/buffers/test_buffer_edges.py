@@ -56,3 +56,11 @@ def test_small_priorities_sample_and_all_zero_priorities_are_refused():
     s.update_priority(torch.arange(4), torch.zeros(4))
     with pytest.raises(RuntimeError):
         s.sample(4, 8, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("index", [-1, 4])
+def test_sampler_refuses_priority_indices_outside_its_capacity(index):
+    s = PrioritizedSampler(capacity=4)
+    s.update_priority(torch.tensor([0, 3]), torch.ones(2))  # both ends of the range
+    with pytest.raises(IndexError):
+        s.update_priority(torch.tensor([index]), torch.ones(1))
