@@ -1,0 +1,484 @@
+"""Hooks pinned by hand-derived values: GAE, target updates, the replay hook's priorities, LR schedule.
+
+Expected values come from plain loops written here, never from the code under test.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlrun.algos.dqn import DQNLoss
+from rlrun.algos.sac import SACLoss
+from rlrun.buffers.factory import make_replay_buffer
+from rlrun.modules.models import Models
+from rlrun.trainer.hooks import GAE, LinearLR, Replay, TargetUpdate
+from rlrun.trainer.optim import make_optimizer
+
+# --- GAE hook ----------------------------------------------------------------------------------
+
+
+class LinearV(nn.Module):
+    """V(s) = w . s."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(w))
+
+    def forward(self, obs):
+        return obs @ self.w
+
+
+def gae_batch() -> TensorDict:
+    """Two envs, four steps: env 0 terminates at t=1, env 1 is truncated at t=2."""
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randn(2, 4, 2, generator=g)
+    next_obs = torch.randn(2, 4, 2, generator=g)
+    reward = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.25, 1.5, -1.0, 2.0]])
+    term = torch.zeros(2, 4, dtype=torch.bool)
+    trunc = torch.zeros(2, 4, dtype=torch.bool)
+    term[0, 1] = True
+    trunc[1, 2] = True
+    return TensorDict({"observation": obs, "next": {
+        "observation": next_obs, "reward": reward.unsqueeze(-1), "terminated": term.unsqueeze(-1),
+        "truncated": trunc.unsqueeze(-1), "done": (term | trunc).unsqueeze(-1)}}, [2, 4])
+
+
+def reference_gae(batch: TensorDict, w: list[float], gamma: float, lmbda: float):
+    """Plain per-element loop: bootstrap unless terminated, cut the recursion at any episode end."""
+    adv = np.zeros((2, 4))
+    ret = np.zeros((2, 4))
+    for i in range(2):
+        running = 0.0
+        for t in reversed(range(4)):
+            s = batch["observation"][i, t].tolist()
+            s2 = batch["next", "observation"][i, t].tolist()
+            v = sum(a * b for a, b in zip(s, w))
+            v2 = sum(a * b for a, b in zip(s2, w))
+            r = float(batch["next", "reward"][i, t])
+            terminated = bool(batch["next", "terminated"][i, t])
+            done = bool(batch["next", "done"][i, t])
+            delta = r + (0.0 if terminated else gamma * v2) - v
+            running = delta + (0.0 if done else gamma * lmbda * running)
+            adv[i, t], ret[i, t] = running, running + v
+    return adv, ret
+
+
+def gae_trainer(w, batches: int = 1):
+    return SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(critic=LinearV(w))),
+                           batches=batches)
+
+
+def test_gae_hook_uses_its_gamma_lambda_termination_and_truncation():
+    batch, w = gae_batch(), [0.5, -1.5]
+    GAE(gamma=0.9, lmbda=0.7).pre_epoch(gae_trainer(w), batch)
+    adv, ret = reference_gae(batch, w, 0.9, 0.7)
+    np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch["value_target"].numpy(), ret, rtol=1e-5, atol=1e-6)
+    # the two ends matter: treating truncation as termination, or ignoring either, changes them
+    term_as_done, _ = reference_gae(batch.clone().set(("next", "terminated"), batch["next", "done"]),
+                                    w, 0.9, 0.7)
+    assert not np.allclose(term_as_done, adv)
+
+
+def test_gae_hook_recomputes_each_epoch_with_the_current_critic():
+    batch, w = gae_batch(), [0.5, -1.5]
+    trainer, hook = gae_trainer(w), GAE(gamma=0.95, lmbda=0.9)
+    hook.pre_epoch(trainer, batch)
+    with torch.no_grad():
+        trainer.loss.models.critic.w.copy_(torch.tensor([-1.0, 2.0]))  # as an epoch's update would
+    hook.pre_epoch(trainer, batch)
+    adv, ret = reference_gae(batch, [-1.0, 2.0], 0.95, 0.9)
+    np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch["value_target"].numpy(), ret, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_hook_once_per_batch_keeps_the_first_estimate_until_the_next_batch():
+    batch, w = gae_batch(), [0.5, -1.5]
+    trainer, hook = gae_trainer(w), GAE(gamma=0.95, lmbda=0.9, every_epoch=False)
+    hook.pre_epoch(trainer, batch)
+    with torch.no_grad():
+        trainer.loss.models.critic.w.copy_(torch.tensor([-1.0, 2.0]))
+    hook.pre_epoch(trainer, batch)  # second epoch of the same batch: unchanged
+    adv, _ = reference_gae(batch, w, 0.95, 0.9)
+    np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
+    trainer.batches = 2  # next batch: recomputed with the new critic
+    hook.pre_epoch(trainer, batch)
+    adv, _ = reference_gae(batch, [-1.0, 2.0], 0.95, 0.9)
+    np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_hook_defaults_are_the_papers():
+    hook = GAE()
+    assert (hook.gamma, hook.lmbda, hook.every_epoch) == (0.99, 0.95, True)
+
+
+# --- target updates ----------------------------------------------------------------------------
+
+
+class CountingLoss:
+    def __init__(self):
+        self.updates: list[int] = []
+        self.step = 0
+
+    def update_targets(self):
+        self.updates.append(self.step)
+
+
+@pytest.mark.parametrize(("every", "expected"), [(1, [1, 2, 3, 4, 5, 6, 7]), (3, [3, 6])])
+def test_target_update_hook_calls_the_loss_every_n_optimiser_steps(every, expected):
+    loss = CountingLoss()
+    trainer, hook = SimpleNamespace(loss=loss), TargetUpdate(every)
+    for step in range(1, 8):
+        loss.step = step
+        hook.post_optim(trainer)
+    assert loss.updates == expected
+    assert hook.state_dict() == {"count": 7}
+
+
+def test_target_update_count_carries_over_a_restore():
+    loss = CountingLoss()
+    hook = TargetUpdate(3)
+    hook.load_state_dict({"count": 2})
+    loss.step = 1
+    hook.post_optim(SimpleNamespace(loss=loss))
+    assert loss.updates == [1]  # the third step overall, not the third after the restore
+
+
+# --- the replay hook's importance weights and priority updates, through real losses -----------
+
+
+class TableQ(nn.Module):
+    """Q(s, .) = s @ W for a discrete action (W is [obs_dim, actions])."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(w))
+
+    def forward(self, obs):
+        return obs @ self.w
+
+
+def replay_transitions(n: int, discrete: bool) -> TensorDict:
+    g = torch.Generator().manual_seed(11)
+    return TensorDict({
+        "observation": torch.randn(n, 2, generator=g),
+        "action": (torch.randint(2, (n,), generator=g) if discrete
+                   else torch.rand(n, 1, generator=g) * 2 - 1),
+        "next": {"observation": torch.randn(n, 2, generator=g),
+                 "reward": torch.randn(n, 1, generator=g) * 3,
+                 "terminated": torch.rand(n, 1, generator=g) < 0.3},
+    }, [n])
+
+
+def prioritized_trainer(loss, data: TensorDict, alpha, beta):
+    buffer = make_replay_buffer(capacity=16, batch_size=6, sampler="prioritized", alpha=alpha, beta=beta)
+    trainer = SimpleNamespace(buffer=buffer, loss=loss)
+    hook = Replay("off_policy")
+    hook.process_batch(trainer, data)
+    sampler = buffer._sampler
+    # distinct priorities, so that the importance weights are not all one; the smallest in the
+    # right half of the tree, so that the weights' normaliser must be the root's minimum
+    sampler.update_priority(torch.arange(len(data)), torch.linspace(2.0, 0.1, len(data)))
+    return trainer, hook, sampler
+
+
+def expected_weights(sampler, index, beta):
+    leaves = sampler.leaf_priorities()
+    stored = leaves[: 10]
+    return [float((leaves[i] / stored.min()) ** -beta) for i in index.tolist()]
+
+
+def test_dqn_importance_weights_and_priority_updates_end_to_end():
+    gamma, eps, alpha, beta = 0.9, 1e-6, 0.7, 0.5  # not the defaults, so that both must reach the sampler
+    w = [[1.0, -0.5], [0.25, 2.0]]
+    loss = DQNLoss(Models(None, TableQ(w)), gamma=gamma, double=False, loss="huber")
+    with torch.no_grad():
+        loss.target_critic.w.copy_(torch.tensor([[0.5, 1.0], [-1.0, 0.75]]))  # differs from online
+    data = replay_transitions(10, discrete=True)
+    trainer, hook, sampler = prioritized_trainer(loss, data, alpha, beta)
+    sub = hook.process_optim_batch(trainer, data)
+    weights = expected_weights(sampler, sub["index"], beta)
+    np.testing.assert_allclose(sub["priority_weight"].numpy(), weights, rtol=1e-5)
+    assert len(set(np.round(weights, 6))) > 1
+    out = loss(sub)
+    hook.post_loss(trainer, sub, out)
+
+    tw = [[0.5, 1.0], [-1.0, 0.75]]
+    per, td = [], {}
+    for k, i in enumerate(sub["index"].tolist()):
+        s, s2 = data["observation"][i].tolist(), data["next", "observation"][i].tolist()
+        a = int(data["action"][i])
+        q = s[0] * w[0][a] + s[1] * w[1][a]
+        q_next = max(s2[0] * tw[0][b] + s2[1] * tw[1][b] for b in (0, 1))  # target net's own max
+        bootstrap = 0.0 if bool(data["next", "terminated"][i]) else gamma * q_next
+        y = float(data["next", "reward"][i]) + bootstrap
+        err = abs(q - y)
+        per.append(weights[k] * (0.5 * err**2 if err < 1 else err - 0.5))
+        td[i] = err
+    assert out["loss_critic"].item() == pytest.approx(sum(per) / len(per), rel=1e-5)
+    leaves = sampler.leaf_priorities()
+    for i, err in td.items():
+        assert leaves[i].item() == pytest.approx((err + eps) ** alpha, rel=1e-5)
+    untouched = sorted(set(range(10)) - set(td))
+    np.testing.assert_allclose(leaves[untouched].numpy(),
+                               ((torch.linspace(2.0, 0.1, 10)[untouched].double() + eps) ** alpha).numpy(),
+                               rtol=1e-6)
+
+
+class FixedActor(nn.Module):
+    """sample(obs): action 0.5, log-prob 0.5 * obs[:, 0]."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.5))
+
+    def sample(self, obs):
+        return self.w.expand(obs.shape[0], 1), self.w * obs[:, 0]
+
+
+class LinearTwinQ(nn.Module):
+    """Q_k(s, a) = c_k * (sum(s) + sum(a))."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = nn.Parameter(torch.tensor(c))
+
+    def forward(self, obs, action):
+        return self.c[:, None] * (obs.sum(-1) + action.sum(-1))[None]
+
+
+def test_sac_importance_weights_and_priority_updates_end_to_end():
+    gamma, alpha_t, eps, alpha, beta = 0.9, 0.2, 1e-6, 0.7, 0.5
+    loss = SACLoss(Models(FixedActor(), LinearTwinQ([1.0, 2.0])), action_dim=1, gamma=gamma,
+                   init_alpha=alpha_t)
+    with torch.no_grad():
+        loss.target_critic.c.copy_(torch.tensor([0.5, -1.5]))  # target twins differ from online
+    data = replay_transitions(10, discrete=False)
+    trainer, hook, sampler = prioritized_trainer(loss, data, alpha, beta)
+    sub = hook.process_optim_batch(trainer, data)
+    weights = expected_weights(sampler, sub["index"], beta)
+    out = loss(sub)
+    hook.post_loss(trainer, sub, out)
+    terms, td = [0.0, 0.0], {}
+    for k, i in enumerate(sub["index"].tolist()):
+        s, s2 = data["observation"][i].tolist(), data["next", "observation"][i].tolist()
+        a = float(data["action"][i])
+        q_next = min(c * (sum(s2) + 0.5) for c in (0.5, -1.5))
+        soft = q_next - alpha_t * 0.5 * s2[0]  # the entropy term of the target
+        y = float(data["next", "reward"][i]) + (0.0 if bool(data["next", "terminated"][i]) else gamma * soft)
+        errs = [c * (sum(s) + a) - y for c in (1.0, 2.0)]
+        for j in (0, 1):
+            terms[j] += weights[k] * errs[j] ** 2
+        td[i] = max(abs(e) for e in errs)
+    n = len(sub)
+    assert out["loss_critic"].item() == pytest.approx(0.5 * (terms[0] + terms[1]) / n, rel=1e-5)
+    leaves = sampler.leaf_priorities()
+    for i, err in td.items():
+        assert leaves[i].item() == pytest.approx((err + eps) ** alpha, rel=1e-5)
+
+
+def test_replay_hook_leaves_priorities_alone_without_weights():
+    """A uniform buffer's samples carry no weights: post_loss must not touch the sampler."""
+    buffer = make_replay_buffer(capacity=16, batch_size=4, sampler="uniform")
+    calls = []
+    buffer.update_priority = lambda *a: calls.append(a)
+    hook, trainer = Replay("off_policy"), SimpleNamespace(buffer=buffer)
+    hook.process_batch(trainer, replay_transitions(8, discrete=True))
+    sub = hook.process_optim_batch(trainer, None)
+    hook.post_loss(trainer, sub, {"td_error": torch.ones(4)})
+    assert calls == [] and len(buffer) == 8
+
+
+def test_on_policy_replay_refills_with_the_epoch_batch():
+    buffer = make_replay_buffer(capacity=8, batch_size=4, sampler="without_replacement")
+    hook, trainer = Replay("on_policy"), SimpleNamespace(buffer=buffer)
+    first = TensorDict({"x": torch.arange(8.0)}, [8])
+    assert hook.process_batch(trainer, first) is first and len(buffer) == 0  # nothing until an epoch
+    hook.pre_epoch(trainer, first)
+    second = TensorDict({"x": torch.arange(8.0) + 100}, [8])
+    hook.pre_epoch(trainer, second)  # the buffer holds this batch only
+    seen = torch.cat([hook.process_optim_batch(trainer, None)["x"] for _ in range(2)])
+    assert sorted(seen.tolist()) == list(range(100, 108))
+
+
+# --- linear LR schedule ------------------------------------------------------------------------
+
+
+def test_linear_lr_hook_anneals_with_frames_over_total_frames():
+    params = {"actor": [nn.Parameter(torch.zeros(1))], "critic": [nn.Parameter(torch.zeros(1))]}
+    opt = make_optimizer(params, lr=1e-3, lr_schedule="linear", groups={"critic": {"lr": 4e-3}})
+    trainer = SimpleNamespace(optimizer=opt, frames=300, collector=SimpleNamespace(total_frames=1200))
+    LinearLR().post_steps(trainer)
+    assert opt.optimizers["actor"].param_groups[0]["lr"] == pytest.approx(1e-3 * 0.75)
+    assert opt.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(4e-3 * 0.75)
+    trainer.frames = 1200
+    LinearLR().post_steps(trainer)
+    assert opt.optimizers["actor"].param_groups[0]["lr"] == 0.0
+
+
+# --- evaluation: the deterministic act, the env's raw rewards, each sub-env's quota -----------
+
+
+class TwoFacedActor:
+    """``act`` (deterministic) picks action 1 (reward +(step + 1)); every exploring path picks 0."""
+
+    def act(self, obs):
+        return torch.ones(obs.shape[0], dtype=torch.long)
+
+    def __call__(self, obs):
+        return {"action": torch.zeros(obs.shape[0], dtype=torch.long)}
+
+    def sample(self, obs):
+        return torch.zeros(obs.shape[0], dtype=torch.long), torch.zeros(obs.shape[0])
+
+    def dist(self, obs):
+        raise AssertionError("evaluation must not build the exploring distribution")
+
+
+@pytest.mark.parametrize(("episodes", "returns"), [(2, [3.0, 15.0]), (4, [3.0, 3.0, 15.0, 15.0])])
+def test_evaluation_uses_the_deterministic_act_raw_rewards_and_per_env_quotas(
+        make_counter_env, episodes, returns):
+    from rlrun.trainer.evaluation import Evaluation, Evaluator
+
+    # sub-env 0 (marker 10, even) ends after 2 steps: return 1 + 2; sub-env 1 after 5: 1 + ... + 5.
+    # The first episodes to end would be 3, 3, 15, 3: each sub-env's quota must hold.
+    env = make_counter_env(num_envs=2, terminate_at=[2, 5])
+    logged, seen = [], []
+    trainer = SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(actor=TwoFacedActor())),
+                              log=logged.append, call_hooks=lambda point, m: seen.append((point, m)))
+    evaluation = Evaluation(Evaluator(env, episodes, seed=10), interval_frames=0)
+    for _ in range(2):  # every evaluation resets with the same seed: the same result
+        result = evaluation.run(trainer)
+        assert result["eval/episode_return"] == pytest.approx(np.mean(returns))
+        assert result["eval/episode_return_std"] == pytest.approx(np.std(returns))
+        assert result["eval/episodes"] == episodes
+    assert logged[-1] is evaluation.last and seen[-1] == ("post_eval", evaluation.last)
+
+
+# --- observation statistics: updated from the whole batch, after training on it ----------------
+
+
+def test_observation_stats_update_after_the_optimisation_from_the_batch():
+    from rlrun.modules.networks import ObservationNormalizer
+    from rlrun.trainer.hooks import ObservationStats
+
+    norm = ObservationNormalizer((2,))
+    trainer = SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(normalizer=norm)))
+    hook = ObservationStats()
+    obs = torch.tensor([[[1.0, 10.0], [3.0, 20.0]], [[5.0, 30.0], [7.0, 40.0]]])  # [envs, T, dim]
+    hook.process_batch(trainer, TensorDict({"observation": obs}, [2, 2]))
+    assert torch.equal(norm.mean, torch.zeros(2))  # training uses the statistics it collected with
+    hook.post_steps(trainer)
+    torch.testing.assert_close(norm.mean, torch.tensor([4.0, 25.0]), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(norm.var, torch.tensor([5.0, 125.0]), atol=1e-4, rtol=1e-5)  # population var
+    hook.post_steps(trainer)  # nothing pending: no second update from the same batch
+    assert float(norm.count) == pytest.approx(4.0, abs=1e-6)
+
+
+def test_evaluator_splits_an_uneven_count_of_episodes_over_sub_envs(make_counter_env):
+    from rlrun.trainer.evaluation import Evaluator
+
+    # 3 episodes on 2 sub-envs: quotas 2 and 1; returns 3 (sub-env 0, twice) and 15 (sub-env 1)
+    env = make_counter_env(num_envs=2, terminate_at=[2, 5])
+    evaluator = Evaluator(env, 3, seed=10)
+    assert evaluator.quota.tolist() == [2, 1]
+    assert sorted(evaluator.evaluate(TwoFacedActor().act).tolist()) == [3.0, 3.0, 15.0]
+
+
+class ConstantEvaluator:
+    def __init__(self, value: float):
+        self.value, self.calls = value, 0
+
+    def evaluate(self, act):
+        self.calls += 1
+        return np.array([self.value, self.value])
+
+
+class EvalTrainer(SimpleNamespace):
+    def __init__(self, frames: int, total: int):
+        super().__init__(frames=frames, collector=SimpleNamespace(total_frames=total),
+                         loss=SimpleNamespace(models=SimpleNamespace(actor=TwoFacedActor())),
+                         stops=[], logged=[])
+
+    def log(self, metrics):
+        self.logged.append(metrics)
+
+    def call_hooks(self, point, metrics):
+        pass
+
+    def request_stop(self, reason, interrupted=True):
+        self.stops.append((reason, interrupted))
+
+
+@pytest.mark.parametrize(("value", "stops"), [(199.0, []), (200.0, [("eval return reached 200.0", False)])])
+def test_evaluation_stops_a_run_that_reaches_its_target_as_a_normal_end(value, stops):
+    from rlrun.trainer.evaluation import Evaluation
+
+    evaluation = Evaluation(ConstantEvaluator(value), interval_frames=10, target_return=200.0)
+    trainer = EvalTrainer(frames=10, total=100)
+    evaluation.post_steps_log(trainer, None)
+    assert trainer.stops == stops
+
+
+def test_evaluation_every_batch_with_interval_one_and_schedule_state():
+    from rlrun.trainer.evaluation import Evaluation
+
+    evaluator = ConstantEvaluator(1.0)
+    evaluation = Evaluation(evaluator, interval_frames=1)
+    trainer = EvalTrainer(frames=0, total=100)
+    for frames in (3, 6, 9):
+        trainer.frames = frames
+        evaluation.post_steps_log(trainer, None)
+    assert evaluator.calls == 3 and evaluation.next_at == 10
+    seconds = evaluation.seconds
+    assert 0 < seconds == trainer.logged[-1]["eval/time_total_s"] < 60  # a duration, not a clock reading
+    assert trainer.logged[0]["eval/time_total_s"] < seconds  # accumulated over evaluations
+    restored = Evaluation(ConstantEvaluator(1.0), interval_frames=1)
+    restored.load_state_dict(evaluation.state_dict())
+    assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
+
+
+def test_unknown_replay_mode_is_a_config_error_naming_the_key():
+    from rlrun.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Replay("sometimes")
+    assert err.value.key == "hooks.replay.mode" and "sometimes" in str(err.value)
+
+
+# --- training statistics: per-batch averages of the losses, episode returns, fps --------------
+
+
+def test_train_stats_average_losses_over_the_batch_and_log_returns_and_fps():
+    from rlrun.trainer.hooks import TrainStats
+
+    logged = []
+    pops = iter([([10.0, 20.0], [5, 7]), ([], []), ([30.0], [9])])
+    trainer = SimpleNamespace(log=logged.append, frames=0, wall_time=0.0, optim_steps=0,
+                              collector=SimpleNamespace(pop_episode_stats=lambda: next(pops)),
+                              optimizer=SimpleNamespace(last_grad_norms={"actor": 0.5}))
+    stats = TrainStats()
+    for batch, losses in enumerate([[1.0, 3.0], [], [4.0]]):
+        for v in losses:
+            stats.post_loss(trainer, None, {"loss_critic": torch.tensor(v), "q_value": torch.tensor(2 * v),
+                                            "td_error": torch.ones(3)})
+        trainer.frames, trainer.wall_time, trainer.optim_steps = 100 * (batch + 1), 2.0 * (batch + 1), batch
+        stats.post_steps_log(trainer, None)
+    first, second, third = logged
+    assert first["loss/critic"] == 2.0 and first["train/q_value"] == 4.0 and "train/td_error" not in first
+    assert first["train/episode_return"] == 15.0 and first["train/episode_length"] == 6.0
+    assert "time/fps" not in first  # no earlier batch to measure from
+    assert "loss/critic" not in second and "train/episode_return" not in second
+    assert second["time/fps"] == 100 / 2.0 and second["train/grad_norm_actor"] == 0.5
+    assert third["loss/critic"] == 4.0 and third["train/optim_steps"] == 2.0 and third["time/wall_s"] == 6.0
+    assert stats.recent_returns == [10.0, 20.0, 30.0]
+    for _ in range(3):  # the window keeps the last 100 returns
+        stats.post_steps_log(SimpleNamespace(**{**vars(trainer), "collector": SimpleNamespace(
+            pop_episode_stats=lambda: ([float(i) for i in range(40)], [1] * 40))}), None)
+    assert stats.recent_returns == [float(i) for i in range(20, 40)] + [float(i) for i in range(40)] * 2
