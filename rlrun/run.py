@@ -118,7 +118,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
                         ) or run_dir.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
-                   resumed=resume["run_id"] is not None,  # a fresh start sets old metric files aside
+                   resumed=resume["continues"],  # a fresh start sets old metric files aside
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
@@ -208,12 +208,13 @@ SAFE_TO_CHANGE = ("total_frames", "eval.", "checkpoint.", "logger.", "progress",
 
 def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
     """The tracker run to continue, the config changes to list, the tags to add."""
-    plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}}
+    plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}, "continues": False}
     new = flatten(OmegaConf.to_container(cfg, resolve=True))
     if state is None:
         known = read_tracking(run_dir)
         if cfg.resume not in (False, "false", "never") and known.get("config") == _config_hash(cfg):
             plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
+            plan["continues"] = plan["run_id"] is not None
         return plan
     old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=True))
     changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
@@ -229,7 +230,7 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     if ckpt_path is not None and ckpt_path.parent.resolve() != run_dir.resolve():
         plan["tags"] = {"resumed_from": str(ckpt_path.resolve()), "resumed_from_frame": str(state["frames"])}
     else:
-        plan["run_id"] = state.get("mlflow_run_id")
+        plan["run_id"], plan["continues"] = state.get("mlflow_run_id"), True
     return plan
 
 
