@@ -36,9 +36,10 @@ _FIX = "pip install 'rlrun[video]' (moviepy, imageio-ffmpeg, pygame)"
 
 
 def headless_gl() -> None:
-    """Selects MuJoCo's EGL back-end where there is no display and none is chosen."""
+    """Off-screen rendering where there is no display: MuJoCo through EGL, pygame without a window."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame (classic control) draws off-screen
 
 
 def check_installed(key: str) -> None:
