@@ -10,7 +10,9 @@ torch only (``pt2``: ``torch.export.load(f).module()(obs)``) or an ONNX runtime
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +38,9 @@ def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None) ->
     pi = load(src, device="cpu")
     batch = torch.export.Dim("batch")
     if fmt == "pt2":
-        program = torch.export.export(pi, (example_batch(pi),), dynamic_shapes=({0: batch},))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            program = torch.export.export(pi, (example_batch(pi),), dynamic_shapes=({0: batch},))
         torch.export.save(program, out)
         return out
     try:
@@ -45,8 +49,12 @@ def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None) ->
     except ImportError as err:
         raise ConfigError(f"ONNX export needs a package that is not installed ({err})", key="--format",
                           fix="python -m pip install onnx onnxscript (or use --format pt2)") from None
-    torch.onnx.export(pi, (example_batch(pi),), str(out), dynamo=True, input_names=["observation"],
-                      output_names=["action"], dynamic_shapes=({0: batch},), verbose=False)
+    # the exporter logs every torchvision op it skips and warns of its own deprecations: not the user's
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.onnx.export(pi, (example_batch(pi),), str(out), dynamo=True, input_names=["observation"],
+                          output_names=["action"], dynamic_shapes=({0: batch},), verbose=False)
     return out
 
 

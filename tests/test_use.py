@@ -85,8 +85,8 @@ def test_load_and_exported_program_agree_action_for_action(tmp_path, capsys, env
     code, out, err = run_cli(["export", str(run_dir), "--format", "pt2", "--out", str(tmp_path / "pi.pt2")],
                              tmp_path, capsys)
     assert code == 0, err
-    snippet = subprocess.run([sys.executable, "-c", EXPORTED, str(tmp_path / "pi.pt2"), str(tmp_path / "obs.pt"),
-                              str(tmp_path / "actions.pt")], capture_output=True, text=True)
+    files = [str(tmp_path / f) for f in ("pi.pt2", "obs.pt", "actions.pt")]
+    snippet = subprocess.run([sys.executable, "-c", EXPORTED, *files], capture_output=True, text=True)
     assert snippet.returncode == 0, snippet.stderr
     assert torch.equal(torch.load(tmp_path / "actions.pt"), live)
 
