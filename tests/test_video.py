@@ -73,3 +73,29 @@ def test_halfcheetah_videos_render_headless(tmp_path, capsys):
     assert code == 0, err
     listed = [line.split("video: ")[1] for line in out.splitlines() if "video: " in line]
     assert len(listed) == 2 and all(frames_of(v) == steps + 1 for v in listed)
+
+
+def test_atari_render_env_records_one_frame_per_agent_step(tmp_path):
+    pytest.importorskip("ale_py")
+    from omegaconf import OmegaConf
+
+    from rlrun.cli import CONF_DIR
+    from rlrun.trainer.evaluation import Evaluator
+    from rlrun.video import record, render_env
+
+    env_cfg = OmegaConf.load(CONF_DIR / "env" / "breakout.yaml")
+    env_cfg.max_episode_steps = 200  # emulator frames: a short episode
+    env = render_env(env_cfg, 1)
+    record(env, tmp_path, [1])
+    steps = []
+
+    def act(obs):
+        steps.append(1)
+        return torch.zeros(obs.shape[0], dtype=torch.int64)
+
+    try:
+        Evaluator(env, 1, seed=0).evaluate(act)
+    finally:
+        env.close()
+    (video,) = tmp_path.glob("*.mp4")
+    assert frames_of(video) == len(steps) + 1
