@@ -99,3 +99,14 @@ def test_atari_render_env_records_one_frame_per_agent_step(tmp_path):
         env.close()
     (video,) = tmp_path.glob("*.mp4")
     assert frames_of(video) == len(steps) + 1
+
+
+def test_video_hook_is_wired_only_when_asked_for(tmp_path, capsys):
+    code, out, err = run_cli(["explain", "eval.video=true", "eval.video_every=3"], tmp_path, capsys)
+    assert code == 0, err
+    assert "eval_video         EvalVideo        [built in: eval.video=true]" in out
+    code, out, err = run_cli(["explain"], tmp_path, capsys)
+    assert code == 0, err
+    assert "EvalVideo" not in out and "post_eval:" not in out
+    code, _, err = run_cli(["explain", "eval.video=true", "eval.video_every=0"], tmp_path, capsys)
+    assert code == 2 and "eval.video_every" in err
