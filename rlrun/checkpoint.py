@@ -42,11 +42,14 @@ def load(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}", key="resume",
                               fix="point resume= at a run directory or checkpoint.pt written by rlrun")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes)", key="resume",
+                              fix=f"delete {path} to start afresh, or set resume= to another checkpoint")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(
-            f"cannot read checkpoint {path} ({type(err).__name__}: {str(err).splitlines()[0]})",
+            f"cannot read checkpoint {path} ({type(err).__name__}: {error_reason(err)})",
             key="resume",
             fix=f"the file is damaged or not an rlrun checkpoint: delete {path} to start afresh, "
             "or set resume= to another checkpoint",
@@ -55,6 +58,21 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not an rlrun checkpoint of format {FORMAT_VERSION}",
                               key="resume", fix=f"delete {path} to start afresh")
     return state
+
+
+# Lines of torch's weights-only error that are advice, not the reason: retrying with
+# weights_only=False or allow-listing globals would execute code from the file.
+_ADVICE = ("weights only load failed", "weights_only", "please file an issue",
+           "check the documentation", "pytorch.org")
+
+
+def error_reason(err: BaseException) -> str:
+    """The line of a load error that says what is wrong, without torch's advice."""
+    for line in str(err).splitlines():
+        line = line.strip().removeprefix("WeightsUnpickler error:").split(" Please ")[0].strip()
+        if line and not any(a in line.lower() for a in _ADVICE):
+            return line[:300]
+    return "empty or truncated file" if isinstance(err, EOFError) else "unreadable"
 
 
 def rng_state() -> dict[str, Any]:

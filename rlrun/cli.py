@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -26,9 +29,12 @@ from omegaconf import OmegaConf
 
 from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.signals import exit_code
 
 CONF_DIR = Path(str(files("rlrun.conf")))
 SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
+_NOT_FOUND = object()
+MAX_KEY_LEN = 200  # the longest real key is under 60 characters
 
 
 def _run_name(override_dirname: str) -> str:
@@ -43,8 +49,20 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
+def env_name(choice: str, env_id: str | None) -> str:
+    """The env part of a run's name and tag: the preset, unless ``env.id`` was changed from it.
+
+    A run on another id is named after that id (its module part dropped), never after the
+    default preset: ``env.id=mypkg.envs:Corridor-v0`` gives ``Corridor-v0``.
+    """
+    preset = CONF_DIR / "env" / f"{choice}.yaml"
+    if env_id is None or (preset.is_file() and OmegaConf.load(preset).get("id") == env_id):
+        return choice
+    return str(env_id).rpartition(":")[2].replace("/", "_")
+
+
 def register_resolvers() -> None:
-    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div)):
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -70,15 +88,20 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def _first_comment(path: Path) -> str:
+    """The preset's first comment block (its description), on one line."""
+    block: list[str] = []
     for line in path.read_text().splitlines():
         if line.startswith("#") and not line.startswith("# @package"):
-            return line.lstrip("# ").strip()
-    return ""
+            block.append(line.lstrip("# ").strip())
+        elif block:
+            break
+    return " ".join(block)
 
 
 def list_components(args: list[str]) -> int:
-    """Prints registered components and config presets, one line each."""
-    from rlrun.registry import KINDS, entries
+    """Prints registered components and config presets, one line each (no torch import)."""
+    from rlrun.component_index import summaries
+    from rlrun.registry import KINDS
 
     kind = args[0] if args else None
     groups, dirs = config_groups(), _group_dirs()
@@ -94,8 +117,8 @@ def list_components(args: list[str]) -> int:
                     print(f"  {f'{group}={opt}':<28} {_first_comment(dirs[group] / f'{opt}.yaml')}")
     if kind is None or kind in KINDS:
         print("registered components (name: in a config node):")
-        for e in entries(kind if kind in KINDS else None):
-            print(f"  {f'{e.kind}/{e.name}':<28} {e.summary}")
+        for k, name, summary in summaries(kind if kind in KINDS else None):
+            print(f"  {f'{k}/{name}':<28} {summary}")
     return 0
 
 
@@ -111,6 +134,12 @@ def precheck(args: list[str]) -> None:
     except Exception as err:
         raise ConfigError(f"cannot parse overrides: {err}",
                           fix="write overrides as key=value, e.g. seed=1") from None
+    for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)
+        key = o.key_or_group
+        if len(key) > MAX_KEY_LEN:
+            raise ConfigError(f"override key of {len(key)} characters", key=f"{key[:40]}...",
+                              fix="config keys are short names: check the override (see `rlrun --cfg job`)")
+    _check_writable(parsed, multirun=any(a in ("-m", "--multirun") for a in args))
     groups = config_groups()
     group_overrides, value_overrides = [], []
     for o in parsed:
@@ -144,28 +173,99 @@ def precheck(args: list[str]) -> None:
                 key=o.key_or_group,
                 fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
                 f"+{o.key_or_group}=...")
+    for o in parsed:  # ${key} in a value must name a key, or Hydra fails with a traceback
+        value = o.value() if not o.is_sweep_override() else None
+        for ref in re.findall(r"\$\{([A-Za-z_][\w.]*)\}", value if isinstance(value, str) else ""):
+            if OmegaConf.select(cfg, ref, default=_NOT_FOUND) is _NOT_FOUND:
+                raise ConfigError(f"${{{ref}}} refers to no config key", key=o.key_or_group,
+                                  fix="refer to an existing key (see `rlrun --cfg job`) or write the value")
 
 
-def run_tags(hc) -> dict[str, str]:
-    """Tags identifying a run: presets, sweep and job number, code version, SLURM job."""
+def _check_writable(parsed: list, multirun: bool) -> None:
+    """Creates the directory runs go to (as Hydra will) and writes a probe file there, or raises ConfigError.
+
+    That is ``hydra.run.dir`` (``hydra.sweep.dir`` with ``-m``) when given
+    without interpolations, else ``runs/`` under the current directory, where
+    every shipped run and sweep directory lives.
+    """
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((str(o.value()) for o in parsed if o.key_or_group == key and not o.is_sweep_override()),
+                 None)
+    path = Path(given) if given and "${" not in given else Path("runs")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        where = f"{path}" if given else f"runs/ in the current directory {Path.cwd()}"
+        raise ConfigError(f"cannot write the run directory {where} ({err.strerror or err})", key=key,
+                          fix=f"set {key}=<a writable directory>" + ("" if given else
+                              ", or run rlrun from a writable directory")) from None
+
+
+def _git_commit(where: Path | str) -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=where)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def env_package(env_id: str) -> str | None:
+    """The distribution implementing a gymnasium id (mujoco, ale-py, a user's package), if not gymnasium."""
+    import gymnasium as gym
+
+    try:
+        entry = gym.spec(env_id.rpartition(":")[2]).entry_point
+    except Exception:  # unknown id: the build reports it
+        return None
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if "mujoco" in module:
+        return "mujoco"
+    top = module.split(":")[0].split(".")[0]
+    return None if top in ("", "gymnasium") else top.replace("_", "-")
+
+
+def _versions(env_id: str | None) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    packages = ["torch", "tensordict", "gymnasium", *([p] if env_id and (p := env_package(env_id)) else [])]
+    out = {"rlrun_version": __version__}
+    for pkg in packages:
+        try:
+            out[f"version.{pkg}"] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def run_tags(hc, cfg=None) -> dict[str, str]:
+    """Tags identifying and reproducing a run: presets (the env's after ``env.id``), config hash,
+    versions (rlrun, torch, tensordict, gymnasium, the env's package), the git commit of the
+    directory it was launched from (and rlrun's own when rlrun is a checkout), sweep and job
+    number, SLURM job."""
     from hydra.types import RunMode
 
+    from rlrun.confighash import config_hash
+
     choices = hc.runtime.choices
-    tags = {"algo": str(choices.get("algo", "")), "env": str(choices.get("env", "")),
-            "rlrun_version": __version__}
+    env_id = cfg.get("env", {}).get("id") if cfg is not None else None
+    tags = {"algo": str(choices.get("algo", "")), "env": env_name(str(choices.get("env", "")), env_id),
+            **_versions(env_id)}
+    if cfg is not None:
+        from rlrun.run import flatten
+
+        tags["config_hash"] = config_hash(flatten(OmegaConf.to_container(cfg, resolve=True)))
     if hc.mode == RunMode.MULTIRUN:
         tags["sweep"] = Path(hc.sweep.dir).name
         tags["job_num"] = str(hc.job.num)
         tags["overrides"] = hc.job.override_dirname
-    for where in (Path(__file__).parent, hc.runtime.cwd):  # rlrun's checkout, else the project's
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=5, cwd=where)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if commit.returncode == 0:
-            tags["git_commit"] = commit.stdout.strip()
-            break
+    user, own = _git_commit(hc.runtime.cwd), _git_commit(Path(__file__).parent)
+    if user:
+        tags["git_commit"] = user
+    if own and own != user:
+        tags["rlrun_git_commit"] = own
     for var, tag in (("SLURM_JOB_ID", "slurm_job_id"), ("SLURM_ARRAY_JOB_ID", "slurm_array_job_id"),
                      ("SLURM_ARRAY_TASK_ID", "slurm_array_task_id")):
         if var in os.environ:
@@ -180,18 +280,23 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc))
+        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc, cfg))
     except RlrunError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
+    from rlrun.tracking import say
+
     ret = summary.get("eval/episode_return")
-    print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
-          f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> "
-          f"{summary['run_dir']}", file=sys.stderr)
-    if summary["status"] == "interrupted":
-        sys.exit(143)  # 128 + SIGTERM: the run stopped early, rerun to continue
+    code = exit_code(summary)
+    if code:  # stopped by a signal, checkpoint written: 128 + signal (130 Ctrl-C, 143 SIGTERM)
+        print(f"[rlrun] interrupted ({summary.get('stop_reason')}) at {summary['frames']}/"
+              f"{summary['total_frames']} frames, checkpoint written; rerun the same command to "
+              f"continue -> {summary['run_dir']}", file=sys.stderr)
+        sys.exit(code)
+    say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
+        f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
     if summary["status"] == "diverged":
         print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
               "  fix: lower optim.lr (or add optim.max_grad_norm); the last finite checkpoint is kept "
@@ -232,7 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
                             config_name="config")(_task)
     sys.argv = [sys.argv[0], *argv]
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # Ctrl-C before training started, or a second one: no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("[rlrun] interrupted (SIGINT); rerun the same command to continue from the last "
+              "checkpoint, if any", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import NonNegativeInt, PositiveInt, register
 
 PolicyFn = Callable[[Tensor], dict[str, Tensor]]
 
@@ -66,6 +66,7 @@ class SyncCollector:
         self.finished_lengths: list[int] = []
         self._gen = torch.Generator().manual_seed(seed)
         self.on_episode_end: Callable[[np.ndarray], None] | None = None  # e.g. resets OU noise
+        self.policy_version = 0  # it acts with the live policy: nothing to push
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
@@ -180,6 +181,13 @@ class SyncCollector:
         )
         return td.to(self.device, non_blocking=True) if self.device.type != "cpu" else td
 
+    def update_policy_weights(self, state_dict=None) -> None:
+        """The live policy acts here, so new weights are in use at once; only the version moves."""
+        self.policy_version += 1
+
+    def shutdown(self) -> None:
+        """Nothing to release: the run closes the env it built."""
+
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and clears the returns and lengths of episodes finished since the last call."""
         stats = self.finished_returns, self.finished_lengths
@@ -204,8 +212,8 @@ def _np_dtype(t: Tensor) -> np.dtype:
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: int, total_frames: int,
-                        init_random_frames: int = 0, explore: bool = True, seed: int = 0,
+def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
+                        init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.
 

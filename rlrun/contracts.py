@@ -16,7 +16,7 @@ replay buffer).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -73,12 +73,27 @@ class Loss(nn.Module):
 
 @runtime_checkable
 class Collector(Protocol):
-    """A source of ``[num_envs, T]`` batches of transitions in TorchRL's key layout."""
+    """A source of env-step batches; single-process (``rlrun.collectors``) and multi-process
+    (``rlrun.collectors_multi``) collectors are interchangeable under it.
+
+    Batches are ``[*batch, T]`` TensorDicts in TorchRL's key layout (``COLLECTED_KEYS``
+    plus the policy's extras); collectors with workers add ``("collector",
+    "policy_version")`` and ``("collector", "worker")``.
+
+    Attributes:
+        frames: Env frames yielded so far (restored by ``load_state_dict``).
+        total_frames: Frames the iteration stops at (exactly, after rounding to the step width).
+        policy_version: Times ``update_policy_weights`` was called.
+    """
 
     frames: int
     total_frames: int
+    policy_version: int
 
     def __iter__(self) -> Iterator[TensorDict]: ...
+
+    def update_policy_weights(self, state_dict: Mapping[str, Tensor] | None = None) -> None:
+        """Makes the acting policy use these weights (default: the live policy's) from its next rollout."""
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         """Returns and clears the returns and lengths of episodes finished since the last call."""
@@ -86,6 +101,9 @@ class Collector(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+    def shutdown(self) -> None:
+        """Releases envs and worker processes; idempotent, and safe after an error."""
 
 
 @runtime_checkable

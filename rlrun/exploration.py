@@ -18,7 +18,7 @@ from torch import Tensor
 
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 
 
 class Exploration:
@@ -110,8 +110,9 @@ class EpsilonGreedy(Exploration):
 
 
 @register("exploration", "gaussian")
-def make_gaussian(actor, spec: EnvSpec, num_envs: int, sigma: float = 0.1, eps_init: float = 1.0,
-                  eps_end: float = 1.0, annealing_frames: int = 0) -> GaussianNoise:
+def make_gaussian(actor, spec: EnvSpec, num_envs: int, sigma: NonNegativeFloat = 0.1,
+                  eps_init: Fraction = 1.0, eps_end: Fraction = 1.0,
+                  annealing_frames: NonNegativeInt = 0) -> GaussianNoise:
     """Gaussian action noise N(0, sigma), optionally scaled by an annealed epsilon."""
     _continuous(spec, "gaussian")
     return GaussianNoise(actor, num_envs, sigma, eps_init=eps_init, eps_end=eps_end,
@@ -119,9 +120,10 @@ def make_gaussian(actor, spec: EnvSpec, num_envs: int, sigma: float = 0.1, eps_i
 
 
 @register("exploration", "ornstein_uhlenbeck")
-def make_ou(actor, spec: EnvSpec, num_envs: int, theta: float = 0.15, sigma: float = 0.2,
-            mu: float = 0.0, dt: float = 1.0, eps_init: float = 1.0, eps_end: float = 0.1,
-            annealing_frames: int = 1000) -> OrnsteinUhlenbeck:
+def make_ou(actor, spec: EnvSpec, num_envs: int, theta: NonNegativeFloat = 0.15,
+            sigma: NonNegativeFloat = 0.2, mu: float = 0.0, dt: PositiveFloat = 1.0,
+            eps_init: Fraction = 1.0, eps_end: Fraction = 0.1,
+            annealing_frames: NonNegativeInt = 1000) -> OrnsteinUhlenbeck:
     """Ornstein-Uhlenbeck noise per sub-env, scaled by an annealed epsilon (DDPG)."""
     _continuous(spec, "ornstein_uhlenbeck")
     return OrnsteinUhlenbeck(actor, num_envs, spec.action_dim, theta, sigma, mu, dt,
@@ -129,8 +131,8 @@ def make_ou(actor, spec: EnvSpec, num_envs: int, theta: float = 0.15, sigma: flo
 
 
 @register("exploration", "epsilon_greedy")
-def make_epsilon_greedy(actor, spec: EnvSpec, num_envs: int, eps_init: float = 1.0,
-                        eps_end: float = 0.05, annealing_frames: int = 10000) -> EpsilonGreedy:
+def make_epsilon_greedy(actor, spec: EnvSpec, num_envs: int, eps_init: Fraction = 1.0,
+                        eps_end: Fraction = 0.05, annealing_frames: NonNegativeInt = 10000) -> EpsilonGreedy:
     """Random actions with a linearly annealed probability (discrete actions)."""
     if not spec.discrete:
         raise ConfigError("epsilon_greedy needs discrete actions", key="exploration.name",

@@ -18,14 +18,16 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -43,8 +45,9 @@ class Entry:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.factory) or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+        """The docstring's first paragraph, on one line."""
+        doc = (inspect.getdoc(self.factory) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
@@ -106,6 +109,19 @@ def _import_target(path: str, key: str) -> Callable:
         ) from None
 
 
+def resolve_factory(kind: str, node: dict, key: str) -> tuple[Callable, dict]:
+    """The factory a component node names (``name`` or ``_target_``) and the node's other keys."""
+    node = dict(node)
+    if "_target_" in node:
+        factory = _import_target(node.pop("_target_"), key)
+        node.pop("name", None)
+        return factory, node
+    if "name" not in node:
+        raise ConfigError(f"no component named for {kind}", key=f"{key}.name",
+                          fix=f"set {key}.name to a registered {kind} or give {key}._target_")
+    return lookup(kind, node.pop("name"), key=f"{key}.name").factory, node
+
+
 def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra: Any) -> Any:
     """Builds a component from its config node.
 
@@ -119,16 +135,9 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
     """
     key = key or kind
     node = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    if "_target_" in node:
-        factory = _import_target(node.pop("_target_"), key)
-        node.pop("name", None)
-    else:
-        if "name" not in node:
-            raise ConfigError(f"no component named for {kind}", key=f"{key}.name",
-                              fix=f"set {key}.name to a registered {kind} or give {key}._target_")
-        name = node.pop("name")
-        factory = lookup(kind, name, key=f"{key}.name").factory
-        extra = {"registered_as": name, **extra}
+    if "name" in node and "_target_" not in node:
+        extra = {"registered_as": node["name"], **extra}
+    factory, node = resolve_factory(kind, node, key)
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     supplied = {k: v for k, v in extra.items() if takes_any or k in params}
@@ -167,21 +176,128 @@ def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = fro
                     fix=f"valid options are: {', '.join(p for p in params if p not in ('self', *hidden))}",
                 )
     try:
-        hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory)
+        hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory,
+                                      include_extras=True)
     except Exception:  # unresolvable annotations: skip type checks rather than fail
         hints = {}
     for name, value in node.items():
         if name in hints:
-            node[name] = _coerce(value, hints[name], f"{key}.{name}")
+            node[name] = check_value(value, hints[name], f"{key}.{name}",
+                                     params[name].default if name in params else inspect.Parameter.empty)
     return node
+
+
+def check_value(value: Any, hint: Any, key: str, default: Any = inspect.Parameter.empty) -> Any:
+    """Checks one config value against its annotation (``_coerce``); the fix names the default."""
+    try:
+        return _coerce(value, hint, key)
+    except ConfigError as err:
+        if default is inspect.Parameter.empty or default is dataclasses.MISSING or err.fix is None:
+            raise
+        raise ConfigError(err.message, key=err.key, fix=f"{err.fix} (default: {_yaml(default)})") from None
+
+
+@dataclass(frozen=True)
+class Range:
+    """A bound on a number, declared in an annotation: ``Annotated[float, Range(gt=0)]``.
+
+    Floats are always checked to be finite (no nan or inf) as well.
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def holds(self, v: float) -> bool:
+        return ((self.gt is None or v > self.gt) and (self.ge is None or v >= self.ge)
+                and (self.lt is None or v < self.lt) and (self.le is None or v <= self.le))
+
+    def describe(self) -> str:
+        parts = [f"{op} {_num(b)}" for op, b in ((">", self.gt), (">=", self.ge), ("<", self.lt),
+                                                 ("<=", self.le)) if b is not None]
+        return " and ".join(parts)
+
+
+PositiveInt = Annotated[int, Range(gt=0)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+PositiveFloat = Annotated[float, Range(gt=0)]
+NonNegativeFloat = Annotated[float, Range(ge=0)]
+Fraction = Annotated[float, Range(ge=0, le=1)]
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def describe(hint: Any) -> str:
+    """A type annotation in the words of an error message: ``a positive integer``, ``one of a, b``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        base, ranges = args[0], [m for m in args[1:] if isinstance(m, Range)]
+        if not ranges:
+            return describe(base)
+        r = ranges[0]
+        if base is int and r == Range(gt=0):
+            return "a positive integer"
+        if base is int and r == Range(ge=0):
+            return "a non-negative integer"
+        return f"{'an integer' if base is int else 'a number'} {r.describe()}"
+    if origin is Literal:
+        return "one of " + ", ".join(_yaml(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        words = [w for a in args for w in _words(a)]
+        return f"{', '.join(words[:-1])} or {words[-1]}"
+    if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
+        return "a list"
+    if origin is dict or hint is dict:
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _words(hint: Any) -> list[str]:
+    """The options of one arm of a union, for ``a, b or c``."""
+    if hint is bool:
+        return ["true", "false"]
+    if typing.get_origin(hint) is Literal:
+        return [_yaml(v) for v in typing.get_args(hint)]
+    return [describe(hint)]
+
+
+def _yaml(v: Any) -> str:
+    """``v`` as written in a config: true, false, null, 3e-4, auto."""
+    if v is None or isinstance(v, bool):
+        return {None: "null", True: "true", False: "false"}[v]
+    return str(v)
 
 
 _SIMPLE = (int, float, bool, str)
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Validates ``value`` against simple annotations (int, float, bool, str, lists, unions)."""
+    """Validates ``value`` against an annotation; returns it, converted where that is lossless.
+
+    Understands int, float (finite only), bool, str, lists, dicts, ``Optional``
+    and other unions, ``Literal`` and ``Annotated[..., Range(...)]``.
+    """
     origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin is Annotated:
+        base, *meta = typing.get_args(hint)
+        try:
+            value = _coerce(value, base, key)
+        except ConfigError:
+            raise _bad(value, hint, key) from None
+        if any(isinstance(m, Range) and not m.holds(value) for m in meta):
+            raise _bad(value, hint, key)
+        return value
+    if origin is Literal:
+        for option in typing.get_args(hint):
+            if value == option and type(value) is type(option):
+                return value
+        raise _bad(value, hint, key)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
         if value is None and type(None) in args:
@@ -194,15 +310,21 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as err:
                 errors.append(err)
-        raise errors[0] if errors else ConfigError("bad value", key=key)
+        if len(errors) == 1 and type(None) not in args:
+            raise errors[0]
+        raise _bad(value, hint, key)
     if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
         if not isinstance(value, (list, tuple, ListConfig)):
             raise ConfigError(f"expected a list, got {value!r}", key=key,
                               fix=f"write a list, e.g. {key}=[64,64]")
         (inner,) = typing.get_args(hint)[:1] or (Any,)
         return [_coerce(v, inner, key) for v in value]
+    if origin is dict or hint is dict:
+        if not isinstance(value, (dict, DictConfig)):
+            raise _bad(value, hint, key)
+        return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if hint in (int, float) and isinstance(value, str):
         try:  # YAML 1.1 reads "3e-4" as a string; accept numbers written that way
             number = float(value)
@@ -211,9 +333,17 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             pass
     if hint in _SIMPLE:
         if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+            if hint is float and not math.isfinite(value):
+                raise ConfigError(f"must be a finite number, got {value!r}", key=key,
+                                  fix=f"set {key} to a finite number (not nan or inf)")
             return value
         example = {int: "an integer, e.g. 1000", float: "a number, e.g. 3e-4",
                    bool: "true or false", str: "a string"}[hint]
         raise ConfigError(f"expected {hint.__name__}, got {value!r}", key=key,
                           fix=f"set {key} to {example}")
     return value
+
+
+def _bad(value: Any, hint: Any, key: str) -> ConfigError:
+    what = describe(hint)
+    return ConfigError(f"must be {what}, got {value!r}", key=key, fix=f"set {key} to {what}")

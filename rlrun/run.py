@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrun import checkpoint
 from rlrun.build import Run, build_run, resolve_device
+from rlrun.config_schema import validate_sections
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.registry import build
 from rlrun.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
-from rlrun.tracking import Progress
+from rlrun.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.tracking import Progress, say
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 from rlrun.use import write_policy_file
@@ -30,38 +30,12 @@ from rlrun.use import write_policy_file
 CHECKPOINT = "checkpoint.pt"
 
 
-def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> int:
-    value = OmegaConf.select(cfg, key)
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or
-                                                                     (allow_zero and value == 0))
-    if not ok:
-        raise ConfigError(f"must be a {'non-negative' if allow_zero else 'positive'} integer, "
-                          f"got {value!r}", key=key, fix=f"set {key} to e.g. 10000")
-    return value
-
-
 def validate(cfg: DictConfig) -> None:
-    """Checks the budgets and their consistency before anything is built."""
-    seed = cfg.get("seed")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"must be an integer >= 0, got {seed!r}", key="seed", fix="e.g. seed=0")
-    threads = cfg.get("threads")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"must be null or an integer >= 1, got {threads!r}", key="threads",
-                          fix="e.g. threads=1")
-    gamma = cfg.get("gamma")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-        raise ConfigError(f"the discount must be a number in [0, 1], got {gamma!r}", key="gamma",
-                          fix="e.g. gamma=0.99")
-    _positive(cfg, "total_frames")
-    _positive(cfg, "collector.frames_per_batch")
-    for key in ("trainer.epochs_per_batch", "eval.episodes"):
-        _positive(cfg, key)
-    for key in ("trainer.optim_steps_per_epoch", "trainer.learning_starts",
-                "collector.init_random_frames", "eval.interval_frames",
-                "checkpoint.interval_frames"):
-        if OmegaConf.select(cfg, key) is not None:
-            _positive(cfg, key, allow_zero=True)
+    """Checks every section against its schema before anything is built (``rlrun.config_schema``).
+
+    Rules that span components are checked when they are built (``rlrun.build``).
+    """
+    validate_sections(cfg)
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
@@ -125,20 +99,27 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     if state is not None:
         _restore(state, run, ckpt_path)
         if collector.frames >= collector.total_frames and (run_dir / "summary.json").exists():
-            print(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
-                  "raise total_frames to train on, or use resume=false to start afresh",
-                  file=sys.stderr)
+            say(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
+                  "raise total_frames to train on, or use resume=false to start afresh")
+            collector.shutdown()
             run.close()
-            return json.loads((run_dir / "summary.json").read_text())
-        print(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
-              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]),
-              file=sys.stderr)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            if resume["run_id"] is not None and summary.get("status") == "finished":
+                # a kill between the summary and the tracker's finish() left it RUNNING: finish it
+                build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
+                      run_id=resume["run_id"], resumed=True).finish("FINISHED")
+            return summary
+        say(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
+              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
         if state.get("buffer") is None and buffer is not None:
-            print("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
-                  "training continues with an empty one", file=sys.stderr)
+            say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
+                  "training continues with an empty one")
 
-    run_name = run_dir.name if run_dir.name != "default" else run_dir.parent.name
+    where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
+    run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
+                        ) or run_dir.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                   resumed=resume["run_id"] is not None,  # a fresh start sets old metric files aside
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
@@ -167,9 +148,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
         if not keep_buffer and written and not warned:
             warned.append(True)
-            print(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
+            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
                   f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
-                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer", file=sys.stderr)
+                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
         checkpoint.save({
             "frames": trainer.frames, "optim_steps": trainer.optim_steps,
             "batches": trainer.batches, "wall_time": trainer.wall_time,
@@ -184,7 +165,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
     status = "FAILED"
     evaluation = hooks["evaluation"]
-    previous = _install_stop_handlers(trainer)
+    previous = install_stop_handlers(trainer)
     try:
         trainer.train()
         if trainer.diverged:
@@ -197,7 +178,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             logger.log_artifact(write_policy_file(run_dir, cfg, policy, trainer.frames))
             status = "KILLED" if trainer.interrupted else "FINISHED"
     finally:
-        _restore_handlers(previous)
+        restore_handlers(previous)
         progress.close()
         summary = {
             "status": {"KILLED": "interrupted"}.get(status, status.lower()),
@@ -215,6 +196,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         if status == "DIVERGED":
             logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
         logger.finish({"DIVERGED": "FAILED"}.get(status, status))
+        collector.shutdown()  # worker processes, if any: never left behind
         run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
@@ -281,7 +263,7 @@ def _restore(state: dict, run: Run, path: Path) -> None:
     except (RuntimeError, KeyError, ValueError) as err:
         raise CheckpointError(
             f"checkpoint {path} does not fit this config ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:300]})", key="resume",
+            f"{checkpoint.error_reason(err)[:300]})", key="resume",
             fix="resume with the config the run started with (see its config.yaml), "
             "or start afresh with resume=false") from None
 
@@ -290,49 +272,3 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)
-
-
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
-                     if hasattr(signal, n))
-
-
-def _install_stop_handlers(trainer: Trainer) -> dict:
-    """SIGTERM, SIGINT, SIGUSR1/2 end the loop after the current batch, with a checkpoint.
-
-    A second signal restores the previous handler (a second Ctrl-C kills).
-    The previous handlers are kept so that, once the checkpoint is written, a
-    launcher's own handler (submitit requeues on USR2/SIGTERM) can still run:
-    see ``chain_signal_handler``.
-    """
-    previous = {}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        trainer.request_stop(f"signal {name}")
-        trainer.stop_signal = signum
-        print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint",
-              file=sys.stderr, flush=True)
-        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
-
-    for sig in STOP_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not in the main thread (e.g. some launchers)
-            pass
-    return previous
-
-
-def _restore_handlers(previous: dict) -> None:
-    for sig, h in previous.items():
-        signal.signal(sig, h)
-
-
-def chain_signal_handler(previous: dict, signum: int | None) -> None:
-    """After a checkpoint, hands a stop signal to the handler that was installed before rlrun's.
-
-    submitit's handler requeues the job (and exits); with no Python handler
-    there is nothing to do and the caller exits with 128 + signum.
-    """
-    handler = previous.get(signum) if signum is not None else None
-    if callable(handler):
-        handler(signum, None)

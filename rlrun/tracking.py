@@ -7,10 +7,15 @@ count as step, so runs compare across algorithms in one store.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import logging
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,27 @@ from rlrun.registry import register
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A new store's schema set-up logs a dozen INFO lines ("Creating initial MLflow database
+# tables", alembic's migrations) that bury rlrun's own; warnings still show.
+for _name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+log = logging.getLogger("rlrun")
+"""rlrun's own messages; Hydra's job log file (``<run dir>/rlrun.log``) receives them."""
+
+
+def say(line: str) -> None:
+    """Prints a message of rlrun to stderr and writes it to the run's log file (``log``)."""
+    print(line, file=sys.stderr, flush=True)
+    log.info(line)
+
+
+PROBE_TIMEOUT_S = 5.0
+# While the run is set up, a server that answers but fails gets this many retries of this
+# many seconds (MLflow's defaults, 7 retries with backoff, wait minutes); a user's own
+# MLFLOW_HTTP_REQUEST_* settings win. During training MLflow's settings apply unchanged.
+_STARTUP_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 
 
 class Logger:
@@ -58,19 +84,22 @@ class MLflowLogger(Logger):
             root.mkdir(parents=True, exist_ok=True)
             tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            artifacts = (root / "mlruns").as_uri() if tracking_uri.startswith("sqlite") else None
-            exp_id = self.client.create_experiment(experiment, artifact_location=artifacts)
-        else:
-            exp_id = exp.experiment_id
-        if run_id is not None:
-            self.client.update_run(run_id, status="RUNNING")
-            self.run_id = run_id
-        else:
-            run = self.client.create_run(exp_id, run_name=run_name, tags=tags or {})
-            self.run_id = run.info.run_id
+        if tracking_uri.startswith(("http://", "https://")):
+            probe_server(tracking_uri)
+        with _bounded_http_retries():
+            self.client = MlflowClient(tracking_uri)
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                artifacts = (root / "mlruns").as_uri() if tracking_uri.startswith("sqlite") else None
+                exp_id = self.client.create_experiment(experiment, artifact_location=artifacts)
+            else:
+                exp_id = exp.experiment_id
+            if run_id is not None:
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+            else:
+                run = self.client.create_run(exp_id, run_name=run_name, tags=tags or {})
+                self.run_id = run.info.run_id
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -97,11 +126,65 @@ class MLflowLogger(Logger):
         self.client.set_terminated(self.run_id, status=status)
 
 
-class CSVLogger(Logger):
-    """Appends ``step,key,value`` rows to ``<run_dir>/metrics.csv`` (survives resume)."""
+def set_aside(path: Path) -> Path | None:
+    """Renames ``path`` to the first free ``<stem>.prev-N<suffix>``; returns the new path (None if absent)."""
+    if not path.exists():
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.prev-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
 
-    def __init__(self, run_dir: Path):
+
+def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raises ConfigError unless an HTTP server answers at ``uri`` within ``timeout`` seconds.
+
+    Any HTTP answer counts (an MLflow server says OK at ``/health``; a proxy in
+    front of one may say 401 or 404): only a refused, unresolvable or silent
+    address fails, so a dead server stops the run at once instead of after
+    MLflow's minutes of retries.
+    """
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as err:  # URLError, refused, timeout, bad URL
+        reason = getattr(err, "reason", err)
+        raise ConfigError(
+            f"no tracking server answers at {uri} within {timeout:.0f} s ({reason})",
+            key="logger.tracking_uri",
+            fix="start the server (e.g. `mlflow server --port 5000`) or point logger.tracking_uri at "
+            "a running one; leave it unset for the embedded store, or use logger=csv") from None
+
+
+@contextlib.contextmanager
+def _bounded_http_retries() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in _STARTUP_HTTP}
+    os.environ.update({k: v for k, v in _STARTUP_HTTP.items() if saved[k] is None})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+class CSVLogger(Logger):
+    """Writes ``step,key,value`` rows to ``<run_dir>/metrics.csv``.
+
+    A resumed run appends to the file; a fresh start in a directory that has
+    one (``resume=false``, or killed before its first checkpoint) moves the old
+    ``metrics.csv`` and ``params.csv`` aside as ``*.prev-N.csv`` and starts new ones.
+    """
+
+    def __init__(self, run_dir: Path, resumed: bool = False):
         self.path = Path(run_dir) / "metrics.csv"
+        if not resumed:
+            for old in (self.path, self.path.with_name("params.csv")):
+                if (aside := set_aside(old)) is not None:
+                    print(f"[rlrun] fresh start: kept the previous {old.name} as {aside.name}",
+                          file=sys.stderr)
         new = not self.path.exists()
         self._file = open(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
@@ -128,6 +211,8 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
     try:
         return MLflowLogger(tracking_uri, Path(root) if root else Path.cwd(), experiment,
                             run_name, run_id, tags)
+    except ConfigError:
+        raise
     except Exception as err:  # bad URI, unreachable server, corrupt store
         if run_id is not None and "not found" in str(err).lower():
             raise ConfigError(f"MLflow run {run_id} of this checkpoint is not in {tracking_uri}",
@@ -140,9 +225,9 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
 
 
 @register("logger", "csv")
-def make_csv(run_dir: Path) -> CSVLogger:
+def make_csv(run_dir: Path, resumed: bool = False) -> CSVLogger:
     """Metrics as rows of ``<run_dir>/metrics.csv``."""
-    return CSVLogger(run_dir)
+    return CSVLogger(run_dir, resumed)
 
 
 @register("logger", "none")
@@ -152,32 +237,124 @@ def make_none() -> Logger:
 
 
 class Progress:
-    """A live bar of frames, fps and recent return (a plain line per batch off a TTY)."""
+    """Progress of a run: a live bar on a terminal, else a line every ``interval`` seconds.
 
-    def __init__(self, total: int, initial: int, enabled: bool | str = "auto"):
+    Off a terminal (nohup, SLURM logs) ``enabled="auto"`` prints ``[rlrun] frames ...``
+    lines to stderr (and the run's log); on one, a tqdm bar whose own rate is the only
+    rate shown (the trainer's ``fps`` is left out of its postfix, as the two disagree:
+    tqdm smooths over updates, ``fps`` is the last batch's). The bar's state also goes
+    to the log file every ``interval`` seconds.
+    """
+
+    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0):
         tty = sys.stderr.isatty()
-        self.enabled = bool(enabled) if enabled != "auto" else tty
+        self.enabled = True if enabled == "auto" else bool(enabled)
         self.bar = None
         if self.enabled and tty:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True,
                             dynamic_ncols=True)
-        self.total, self.frames = total, initial
-        self._last_print = 0.0
+        self.total, self.frames, self.interval = total, initial, interval
+        self._last_print = -float("inf")  # the first batch prints: the run has started
+
+    def line(self, frames: int, info: dict[str, float]) -> str:
+        """The plain progress line: frames, percent, then ``key=value`` for each of ``info``."""
+        shown = "".join(f" {k}={v:.4g}" for k, v in info.items())
+        return f"[rlrun] frames {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
 
     def update(self, frames: int, info: dict[str, float]) -> None:
         if not self.enabled:
             return
+        now = time.monotonic()
+        due = now - self._last_print >= self.interval or frames >= self.total
         if self.bar is not None:
             self.bar.update(frames - self.frames)
-            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
-        elif time.monotonic() - self._last_print > 10 or frames >= self.total:
-            self._last_print = time.monotonic()
-            shown = " ".join(f"{k}={v:.4g}" for k, v in info.items())
-            print(f"[rlrun] frames {frames}/{self.total} {shown}", file=sys.stderr, flush=True)
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items() if k != "fps"}, refresh=False)
+            if due:
+                log.info(self.line(frames, info))
+        elif due:
+            say(self.line(frames, info))
+        if due:
+            self._last_print = now
         self.frames = frames
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class TensorBoardLogger(Logger):
+    """Scalars to TensorBoard event files in ``<run_dir>/tensorboard`` (``torch.utils.tensorboard``).
+
+    Params are written once as a Markdown table under the text tag ``config``; artifacts
+    are not copied (they stay in the run directory, which TensorBoard does not serve).
+    """
+
+    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ConfigError(f"TensorBoard is not installed ({err})", key="logger.name",
+                              fix="pip install 'rlrun[tensorboard]', or use logger=mlflow|csv") from None
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / subdir), flush_secs=flush_secs)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(params.items()))
+        self.writer.add_text("config", f"| key | value |\n|---|---|\n{rows}")
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, float(value), step)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.writer.add_text("status", status)
+        self.writer.close()
+
+
+class LoggerGroup(Logger):
+    """Several loggers at once: every call goes to each, in order.
+
+    ``run_id`` is the first member's that has one (MLflow's, kept in checkpoints to resume
+    the same tracking run).
+    """
+
+    def __init__(self, loggers: list[Logger]):
+        self.loggers = loggers
+        self.run_id = next((lg.run_id for lg in loggers if lg.run_id is not None), None)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        for lg in self.loggers:
+            lg.log_params(params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for lg in self.loggers:
+            lg.log_metrics(metrics, step)
+
+    def log_artifact(self, path: str | Path) -> None:
+        for lg in self.loggers:
+            lg.log_artifact(path)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        for lg in self.loggers:
+            lg.finish(status)
+
+
+@register("logger", "tensorboard")
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10) -> TensorBoardLogger:
+    """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
+    return TensorBoardLogger(run_dir, subdir, flush_secs)
+
+
+@register("logger", "multi")
+def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = None,
+               run_id: str | None = None, tags: dict | None = None) -> LoggerGroup:
+    """Several loggers at once, e.g. MLflow and TensorBoard (``logger.loggers.<name>`` nodes)."""
+    from rlrun.registry import build
+
+    if not loggers:
+        raise ConfigError("no loggers listed", key="logger.loggers",
+                          fix="list them, e.g. logger=multi (MLflow and TensorBoard)")
+    return LoggerGroup([build("logger", node, key=f"logger.loggers.{name}", run_dir=run_dir,
+                              run_name=run_name, run_id=run_id, tags=tags)
+                        for name, node in loggers.items() if node])

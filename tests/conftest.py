@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import fake_env  # noqa: F401  (registers rlrun-test/Counter-v0 and rlrun-test/CounterBox-v0)
@@ -30,11 +32,22 @@ def make_counter_env():
         env.close()
 
 
+def active_site_dirs() -> list[str]:
+    """The site-packages directories of the running interpreter: a venv's own, then the base's."""
+    dirs = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+    dirs += site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    return list(dict.fromkeys(d for d in dirs if Path(d).is_dir()))
+
+
 @pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory) -> Path:
     """A venv with rlrun installed from a freshly built wheel (not editable); built once per session.
 
-    System site packages provide torch and the rest; the wheel's own rlrun shadows the editable one.
+    It sees the packages of the environment running the tests (torch and the rest), whether
+    that is the system interpreter or an activated venv: ``--system-site-packages`` only
+    reaches the base interpreter's, so a ``.pth`` file adds the running environment's
+    site-packages after the venv's own (plain paths: their ``.pth`` files, such as an
+    editable rlrun's, are not run, so the wheel's rlrun is the one imported).
     """
     root = Path(__file__).resolve().parents[1]
     tmp = tmp_path_factory.mktemp("wheel")
@@ -42,7 +55,11 @@ def wheel_venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(root)],
                    check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    own = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    (Path(own) / "_rlrun_test_active_env.pth").write_text("\n".join(active_site_dirs()) + "\n")
     wheel = next(wheels.glob("rlrun-*.whl"))
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                    "--force-reinstall", str(wheel)], check=True, capture_output=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                   check=True, capture_output=True)
     return venv

@@ -16,7 +16,7 @@ FAST = ["logger=none", "progress=false", "eval.episodes=2", "eval.interval_frame
     # the discount is one top-level key, for every algorithm
     (["algo=sac", "env=pendulum", "+loss.gamma=0.9"], "loss.gamma", ["top-level", "gamma="]),
     (["algo=ppo", "+hooks.gae.gamma=0.9"], "hooks.gae.gamma", ["top-level", "gamma="]),
-    (["algo=ppo", "gamma=1.5"], "gamma", ["[0, 1]"]),
+    (["algo=ppo", "gamma=1.5"], "gamma", [">= 0 and <= 1"]),
     # PPO without GAE: the loss reads advantages nothing computes
     (["algo=ppo", "~hooks.gae"], "hooks.buffer", ["'advantage'", "hooks.gae"]),
     # a loss with target networks and nothing moving them

@@ -85,6 +85,31 @@ def test_garbage_bytes_raise_checkpoint_error_with_a_fix(tmp_path):
     assert "Traceback" not in err.render()
 
 
+def test_pickled_code_error_does_not_pass_on_the_advice_to_unpickle_fully(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format_version": FORMAT_VERSION, "payload": _Touch(tmp_path / "pwned")}, path)
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    text = info.value.render()
+    for advice in ("weights_only", "Re-running", "safe_globals"):  # following it would run the file
+        assert advice not in text
+    assert "global" in text.lower() and "getattr" in text  # the reason is kept: what the file loads
+    assert len(text.splitlines()) == 2  # message + fix
+
+
+@pytest.mark.parametrize("keep", [0, 1, 100])
+def test_empty_or_truncated_checkpoint_raises_checkpoint_error(tmp_path, keep):
+    path = tmp_path / "checkpoint.pt"
+    save({"frames": 3, "weights": torch.arange(1000.0)}, path)
+    path.write_bytes(path.read_bytes()[:keep])
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    err = info.value
+    assert err.key == "resume" and str(path) in err.message and "delete" in err.fix
+    if keep == 0:
+        assert "empty (0 bytes)" in err.message
+
+
 def test_missing_file_raises_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError) as info:
         load(tmp_path / "nope.pt")

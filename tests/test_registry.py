@@ -185,3 +185,13 @@ def test_entries_list_kinds_with_one_line_summaries(isolated_registry):
 def test_register_rejects_unknown_kind():
     with pytest.raises(ValueError, match="unknown component kind"):
         register("widget", "x")
+
+
+def test_the_static_index_rlrun_list_reads_matches_the_registry():
+    import json
+    from importlib.resources import files
+
+    from rlrun.component_index import INDEX, live
+
+    stored = [tuple(row) for row in json.loads(files("rlrun").joinpath(INDEX).read_text())]
+    assert stored == live(builtin_only=True), "stale index: run python -m rlrun.component_index"

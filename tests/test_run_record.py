@@ -44,7 +44,7 @@ def leftovers(run_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_run", "during_checkpoint_write",
-                                        "after_training_before_exit"])
+                                        "late_in_training", "during_shutdown"])
 def test_sigkill_then_rerun_finishes_exactly_in_one_tracker_run(kill_point, tmp_path, capsys):
     total = 12288
     args = ["algo=ppo", "env=cartpole", f"total_frames={total}", "collector.frames_per_batch=1024",
@@ -56,8 +56,12 @@ def test_sigkill_then_rerun_finishes_exactly_in_one_tracker_run(kill_point, tmp_
     if kill_point == "before_first_checkpoint":
         wait_for(lambda: (run_dir / "tracking.json").exists(), proc)  # the tracker run exists
         time.sleep(1.0)
-    elif kill_point == "after_training_before_exit":
+    elif kill_point == "late_in_training":
         wait_for(lambda: checkpoint_frames(run_dir) >= 8192, proc)
+    elif kill_point == "during_shutdown":  # the summary is written, the tracker not yet finished
+        deadline = time.time() + 300
+        while not (run_dir / "summary.json").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
     else:
         wait_for(lambda: checkpoint_frames(run_dir) >= 2048, proc)
     proc.send_signal(signal.SIGKILL)
@@ -194,3 +198,17 @@ def test_tracking_file_names_the_run_from_the_start(tmp_path, capsys):
     info = json.loads((tmp_path / "r/tracking.json").read_text())
     assert info["run_id"] == summary_of(tmp_path / "r")["mlflow_run_id"]
     assert not os.path.exists(tmp_path / "r/.checkpoint.pt.tmp")
+
+
+def test_a_tracker_run_left_running_after_the_summary_is_finished_by_the_rerun(tmp_path, capsys):
+    """What a kill between writing summary.json and the tracker's finish() leaves, made directly."""
+    args = ["total_frames=512", "collector.frames_per_batch=256", "eval.episodes=1", "hydra.run.dir=r"]
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 0, err
+    run_id = summary_of(tmp_path / "r")["mlflow_run_id"]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client.update_run(run_id, status="RUNNING")
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 0 and "already finished" in err
+    runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"

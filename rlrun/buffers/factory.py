@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from rlrun.buffers.replay import SAMPLERS, ReplayBuffer
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import Fraction, NonNegativeFloat, PositiveInt, register
 
 
 @register("buffer", "replay")
-def make_replay_buffer(capacity: int | None, batch_size: int, sampler: str = "uniform",
-                       storage: str = "ram", scratch_dir: str | None = None, alpha: float = 0.6,
-                       beta: float = 0.4, device: str = "cpu", seed: int = 0,
+def make_replay_buffer(capacity: PositiveInt | None, batch_size: PositiveInt,
+                       sampler: Literal["uniform", "without_replacement", "prioritized"] = "uniform",
+                       storage: Literal["ram", "memmap"] = "ram", scratch_dir: str | None = None,
+                       alpha: NonNegativeFloat = 0.6, beta: Fraction = 0.4, device: str = "cpu",
+                       seed: int = 0,
                        run_dir: Path | None = None) -> ReplayBuffer:
     """Replay buffer in RAM or on disk (memmap): uniform, without-replacement or prioritized.
 

@@ -28,15 +28,16 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import Fraction, NonNegativeInt, PositiveInt, register
 
 FIRE = 1  # ALE's action index of FIRE in every minimal action set that has it
 
@@ -93,6 +94,8 @@ class AtariVecEnv(GymVecEnv):
 
     def __init__(self, *args: Any, terminal_on_life_loss: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.factory = functools.partial(AtariVecEnv, *self.factory.args, **self.factory.keywords,
+                                         terminal_on_life_loss=terminal_on_life_loss)
         self.terminal_on_life_loss = terminal_on_life_loss
         self._lives: np.ndarray | None = None
         if terminal_on_life_loss:
@@ -129,19 +132,19 @@ def atari_wrappers(noop_max: int = 30, frame_skip: int = 4, screen_size: int = 8
 @register("env", "atari")
 def make_atari_env(
     id: str,
-    num_envs: int = 1,
-    vectorization: str = "sync",
-    noop_max: int = 30,
-    frame_skip: int = 4,
-    screen_size: int = 84,
+    num_envs: PositiveInt = 1,
+    vectorization: Literal["sync", "async"] = "sync",
+    noop_max: NonNegativeInt = 30,
+    frame_skip: PositiveInt = 4,
+    screen_size: PositiveInt = 84,
     grayscale: bool = True,
-    frame_stack: int = 4,
+    frame_stack: PositiveInt = 4,
     terminal_on_life_loss: bool = True,
-    max_episode_steps: int = 108_000,
-    repeat_action_probability: float = 0.0,
+    max_episode_steps: NonNegativeInt = 108_000,  # 0: no limit
+    repeat_action_probability: Fraction = 0.0,
     full_action_space: bool = False,
     fire_reset: bool = False,
-    reward_clip: str | None = None,
+    reward_clip: Literal["sign"] | None = None,
     render_mode: str | None = None,
 ) -> AtariVecEnv:
     """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.

@@ -22,9 +22,13 @@ set by ``rlrun.envs.atari``). Logged and evaluated returns stay the env's own.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +36,7 @@ from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import PositiveFloat, PositiveInt, register
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class GymVecEnv:
             raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
                               fix="use env.vectorization=sync or env.vectorization=async")
         _check_id(id)
+        _quiet_mujoco(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
         if reward_clip not in (None, "sign"):
             raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="env.reward_clip",
@@ -136,6 +141,10 @@ class GymVecEnv:
         self.id, self.num_envs = id, num_envs
         self.reward_clip, self.reward_scale = reward_clip, reward_scale
         self.learning_terminal: np.ndarray | None = None
+        # rebuilds this env in another process (multi-process collectors pickle it with cloudpickle)
+        self.factory = functools.partial(GymVecEnv, id, num_envs, vectorization, max_episode_steps,
+                                         rescale_actions, clip_actions, extra_wrappers, make_kwargs,
+                                         reward_clip, reward_scale)
         try:
             self.env = gym.make_vec(
                 id, num_envs=num_envs, vectorization_mode=vectorization,
@@ -191,15 +200,54 @@ class GymVecEnv:
         self.env.close()
 
 
+def import_env_modules(modules: list[str] | None) -> None:
+    """Imports the modules that register envs (``env.imports``), with a clear error if one is missing."""
+    for module in modules or []:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ConfigError(f"cannot import {module!r} ({err})", key="env.imports",
+                              fix="install the package, or put its folder on PYTHONPATH") from None
+
+
+def _mujoco_warning(text: str) -> None:
+    # MuJoCo 3.3+ warns on every model load that gymnasium's v5 XMLs use deprecated
+    # attributes (settotalmass): one line per sub-env and evaluation env, nothing the
+    # user can act on. Those go to the debug log; every other MuJoCo warning is printed.
+    if "is deprecated" in text:
+        logging.getLogger("rlrun.envs").debug("mujoco: %s", text)
+    else:
+        print(f"MuJoCo warning: {text}", file=sys.stderr)
+
+
+def _quiet_mujoco(id: str) -> None:
+    """Routes MuJoCo's deprecation warnings to the debug log, for envs that load MuJoCo."""
+    entry = getattr(gym.spec(id.rpartition(":")[2]), "entry_point", "")
+    if "mujoco" not in str(entry):
+        return
+    import mujoco
+
+    if hasattr(mujoco, "set_mju_user_warning"):
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def _check_id(id: str) -> None:
-    """Fails early, with the fix, when the id is not registered in gymnasium."""
+    """Fails early, with the fix, when the id is not registered in gymnasium.
+
+    ``module:EnvName-vN`` (gymnasium's own syntax) imports ``module`` first, as
+    ``gymnasium.make`` does, so that a package registering envs on import needs no other step.
+    """
+    module, _, name = id.rpartition(":")
+    if module:
+        import_env_modules([module])
     try:
-        gym.spec(id)
+        gym.spec(name)
     except gym.error.Error as err:
         raise ConfigError(
             f"gymnasium has no environment {id!r} ({type(err).__name__}: {err})", key="env.id",
-            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'),"
-            " import the package that registers it, or pick a preset: env=cartpole|pendulum|...",
+            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
+            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
+            "or pick a preset: env=cartpole|pendulum|...",
         ) from None
 
 
@@ -219,15 +267,21 @@ def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
 @register("env", "gym")
 def make_gym_env(
     id: str,
-    num_envs: int = 1,
-    vectorization: str = "sync",
-    max_episode_steps: int | None = None,
+    num_envs: PositiveInt = 1,
+    vectorization: Literal["sync", "async"] = "sync",
+    max_episode_steps: PositiveInt | None = None,
     rescale_actions: bool = True,
     clip_actions: bool = True,
     make_kwargs: dict | None = None,
-    reward_clip: str | None = None,
-    reward_scale: float = 1.0,
+    reward_clip: Literal["sign"] | None = None,
+    reward_scale: PositiveFloat = 1.0,
+    imports: list[str] | None = None,
 ) -> GymVecEnv:
-    """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset."""
+    """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset.
+
+    ``id`` may be ``module:EnvName-vN``; ``imports`` names modules to import first (those
+    that register custom envs); ``make_kwargs`` go to the env's constructor.
+    """
+    import_env_modules(imports)
     return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
                      clip_actions, None, make_kwargs, reward_clip, reward_scale)

@@ -56,6 +56,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _best(args: argparse.Namespace) -> int:
     from rlrun.launch.best import rerun_best
+    from rlrun.signals import exit_code
 
     summary = rerun_best(args.study_dir, args.overrides, args.seed, args.run_dir, args.dry_run)
     if summary is None:
@@ -63,7 +64,7 @@ def _best(args: argparse.Namespace) -> int:
     ret = summary.get("eval/episode_return")
     print(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
           f"{'n/a' if ret is None else f'{ret:.2f}'} -> {summary['run_dir']}", file=sys.stderr)
-    return 143 if summary["status"] == "interrupted" else 0
+    return exit_code(summary)
 
 
 if __name__ == "__main__":

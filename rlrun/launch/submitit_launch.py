@@ -38,6 +38,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf, open_dict
 
 from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
+from rlrun.signals import is_interrupt_code
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +142,10 @@ class SubmititLauncher(BaseSubmititLauncher):
             if self._requeueing or exc.code in (0, None):
                 raise  # submitit exits after requeueing; the requeued job starts over here
             if status:
-                update_status(status, state="INTERRUPTED" if exc.code == 143 else "FAILED",
+                update_status(status, state="INTERRUPTED" if is_interrupt_code(exc.code) else "FAILED",
                               exit_code=exc.code, **_summary_fields(run_dir))
             # an exception (unlike SystemExit) reaches the launcher as this job's result
-            error = JobInterrupted if exc.code == 143 else RuntimeError
+            error = JobInterrupted if is_interrupt_code(exc.code) else RuntimeError
             raise error(f"rlrun exited with code {exc.code} in job {env.job_id}; "
                         f"see {env.paths.stderr}") from None
         except KeyboardInterrupt:
@@ -253,22 +254,87 @@ class SubmititLauncher(BaseSubmititLauncher):
         return results
 
 
+def _exit_with(err: Exception) -> None:
+    """Ends the sweep with one message and exit code 2 (a SystemExit passes Hydra's error report)."""
+    import sys
+
+    from rlrun.errors import RlrunError
+
+    print(f"rlrun: error: {err.render() if isinstance(err, RlrunError) else err}", file=sys.stderr)
+    raise SystemExit(getattr(err, "exit_code", 2))
+
+
 class SlurmLauncherBase(SubmititLauncher):
     """One SLURM job array per batch; ``wait=false`` returns once it is queued."""
 
     _EXECUTOR = "slurm"
     _OWN_PARAMS = ("wait",)
 
+    POLL_S = 5.0
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from rlrun.errors import RlrunError
+        from rlrun.launch.slurm_checks import preflight
+
+        try:  # a request no node can meet would wait forever: refuse it before submitting
+            preflight(dict(self.params))
+        except RlrunError as err:
+            _exit_with(err)
         params = self._prepare(job_overrides, initial_job_idx)
         jobs = self._executor().map_array(self, *zip(*params))
         for job, p in zip(jobs, params):
             self._submitted(job, p)
         if self.options.get("wait", True):
-            return self._results(jobs, params)
+            self._wait(jobs)
+            results = self._results(jobs, params)
+            self._report(jobs, params, results)
+            return results
         assert self.config is not None
         log.info(f"submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); follow them with "
                  f"`python -m rlrun.launch status {self.config.hydra.sweep.dir}`")
         return [JobReturn(overrides=p[0], status=JobStatus.COMPLETED,
                           _return_value={"job_id": job.job_id, "status_file": p[5]})
                 for job, p in zip(jobs, params)]
+
+    def _wait(self, jobs: list[Any]) -> None:
+        """Waits for the jobs; stops the sweep when one is pending for a reason that cannot clear."""
+        import subprocess
+        import time
+
+        from rlrun.launch.slurm_checks import hopeless, hopeless_error
+
+        warned = False
+        while not all(job.done() for job in jobs):
+            stuck = hopeless([job.job_id for job in jobs if not job.done()])
+            if stuck:
+                arrays = sorted({job.job_id.split("_")[0] for job in jobs})
+                subprocess.run(["scancel", *arrays], capture_output=True, timeout=60)
+                _exit_with(hopeless_error(stuck, len(jobs)))
+            if not warned:
+                warned = True
+                log.info("waiting for %d job(s); pending reasons that cannot clear stop the sweep", len(jobs))
+            time.sleep(self.POLL_S)
+
+    @staticmethod
+    def _report(jobs: list[Any], params: list[tuple], results: list[JobReturn]) -> None:
+        """Prints each job's outcome as a table; a sweep with jobs that did not complete exits 1."""
+        import sys
+
+        from rlrun.launch.slurm_checks import outcome_table
+        from rlrun.launch.status import scheduler_states
+
+        states = scheduler_states([job.job_id for job in jobs])
+        rows = []
+        for job, p in zip(jobs, params):
+            record = read_status(Path(p[5]))
+            slurm = states.get(job.job_id) or str(getattr(job, "state", "?"))
+            rows.append((p[2], job.job_id, slurm.split()[0] if slurm else "?", record.get("state", "?"),
+                         record.get("run_dir") or "-"))
+        print(outcome_table(rows), file=sys.stderr)
+        bad = [r for r, ret in zip(rows, results) if ret.status != JobStatus.COMPLETED]
+        if bad:
+            print(f"rlrun: error: {len(bad)} of {len(rows)} job(s) did not complete "
+                  f"({', '.join(sorted({r[2] for r in bad}))}); see the table above, each job's "
+                  "stderr under the submitit folder, and `python -m rlrun.launch status <sweep dir>`",
+                  file=sys.stderr)
+            raise SystemExit(1)

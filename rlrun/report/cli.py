@@ -1,6 +1,6 @@
 """``rlrun report``: the paper's tables or ad-hoc groups of runs, beside the paper's numbers.
 
-    rlrun report                          # runs of ./mlflow.db grouped by algo,env
+    rlrun report                          # runs of ./mlflow.db, one cell per config
     rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
     rlrun report table1 --format markdown # report/table.md + PNGs
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
@@ -34,8 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", metavar="STR",
                    help="MLflow search filter, e.g. \"tags.algo = 'sac' and params.seed != '3'\"")
     p.add_argument("--group-by", metavar="KEYS",
-                   help="comma-separated tag or param names (default: algo,env); "
+                   help="comma-separated tag or param names, or config_hash (default: one cell per "
+                   "config: all params but the seed and those that do not change the experiment); "
                    "tags.X/params.X choose between a tag and a param")
+    p.add_argument("--include-failed", action="store_true",
+                   help="keep failed and diverged runs (left out by default)")
     p.add_argument("--format", default="terminal", metavar="FMT",
                    help="terminal, markdown or csv; comma-separated for several (default: terminal)")
     p.add_argument("--out", metavar="DIR", type=Path,
@@ -58,16 +61,27 @@ def make_report(args: argparse.Namespace) -> Report:
         where = f"{uri}" + (f", experiment(s) {', '.join(args.experiment)}" if args.experiment else "")
         if args.table:
             raise ReportError(f"no runs with param paper.table={args.table} in {where}",
-                              fix=f"launch them (rlrun -m +paper={args.table}), or point --tracking-uri "
-                              "/ --experiment / --filter at them")
+                              fix=f"{launch_hint(args.table)}point --tracking-uri / --experiment / "
+                              "--filter at them")
         raise ReportError(f"no runs in {where}" + (f" matching --filter {args.filter!r}" if args.filter
                                                    else ""),
                           fix="point --tracking-uri at the store the runs were logged to, "
                           "or loosen --experiment / --filter")
     if args.table:
-        return build_table(runs, args.table)
-    keys = [k.strip() for k in (args.group_by or "algo,env").split(",") if k.strip()]
-    return build_grouped(runs, keys)
+        return build_table(runs, args.table, args.include_failed)
+    keys = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
+    return build_grouped(runs, keys or None, args.include_failed)
+
+
+def launch_hint(table: str) -> str:
+    """How to launch a paper table's runs, as commands that work; empty without shipped configs."""
+    from rlrun.cli import config_groups
+
+    cells = [o.split("/", 1)[1] for o in config_groups().get("paper", []) if o.startswith(f"{table}/")]
+    if not cells:
+        return ""
+    return (f"launch one cell with `rlrun +paper={table}/{cells[0]}` or the whole table with "
+            f"`rlrun -m '+paper/{table}=glob(*)' seed=0,1,2,3,4`, or ")
 
 
 def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool) -> list[Path]:
@@ -77,12 +91,13 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
     written: list[Path] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    names, overview = {}, None
+    names, overview, comparisons = {}, None, {}
     if out is not None and plots:
         from rlrun.report.plots import write_plots
 
-        names, overview = write_plots(report, out)
-        written += [out / n for n in names.values()] + ([out / overview] if overview else [])
+        names, overview, comparisons = write_plots(report, out)
+        written += [out / n for n in [*names.values(), *comparisons.values()]] + (
+            [out / overview] if overview else [])
     if "terminal" in formats:
         text = render.terminal(report)
         sys.stdout.write(text)
@@ -90,7 +105,7 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
             (out / "table.txt").write_text(text)
             written.append(out / "table.txt")
     if "markdown" in formats:
-        (out / "table.md").write_text(render.markdown(report, names, overview))
+        (out / "table.md").write_text(render.markdown(report, names, overview, comparisons))
         written.append(out / "table.md")
     if "csv" in formats:
         render.write_csv(report, out / "table.csv")

@@ -2,8 +2,9 @@
 
 A cell's plot shows each seed's eval curve (thin), their mean on a common frame grid
 (seeds are linearly interpolated onto it, and only count within the frames they ran)
-with a shaded min-max band over the seeds, and the paper's final value as a dashed
-horizontal line when known.
+with a shaded min-max band where two seeds or more ran, and the paper's final value as
+a dashed horizontal line when known. A cell without evaluation points says "no data".
+The per-env comparison figures (IQM curves and performance profiles) are in ``compare``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], points: int = GRID_PO
                 count)
 
 
+def no_data(ax, text: str = "no data", small: bool = False) -> None:
+    """Marks an axes without points: the text, and no ticks (not an empty ``-0 0`` frame)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray",
+            fontsize=8 if small else 11)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def _draw(ax, cell: Cell, small: bool = False) -> None:
     curves = [(r["curve_steps"], r["curve_values"]) for _, r in cell.runs.iterrows()]
     for steps, values in curves:
@@ -59,26 +68,29 @@ def _draw(ax, cell: Cell, small: bool = False) -> None:
                 marker="o" if len(steps) == 1 else None, markersize=3)
     grid, mean, low, high, count = aggregate(curves)
     if len(grid):
-        ax.fill_between(grid, low, high, color="tab:blue", alpha=0.2, linewidth=0,
-                        label="min-max over seeds")
+        several = count >= 2
+        if several.any():  # one seed has no spread: no band, and no legend entry for it
+            ax.fill_between(grid, low, high, where=several, color="tab:blue", alpha=0.2, linewidth=0,
+                            label="min-max over seeds")
         everyone = count == count.max()
         ax.plot(grid, np.where(everyone, mean, np.nan), color="tab:blue", linewidth=1.8,
-                label="mean over seeds")
-        if not everyone.all():  # past the end of a partial seed: the mean of those still running
+                label="mean over seeds" if count.max() > 1 else "the one seed")
+        if not everyone.all():  # past the end of a shorter seed: the mean of those that ran on
             later = np.where(everyone, np.nan, mean)
             edge = np.append(everyone[:-1] & ~everyone[1:], False)  # join the two lines
             later[edge] = mean[edge]
             ax.plot(grid, later, color="tab:blue", linewidth=1.2, linestyle=":",
-                    label="mean of seeds still running")
+                    label="mean of the seeds that ran this far")
     if math.isfinite(cell.paper_mean):
         ax.axhline(cell.paper_mean, color="tab:red", linestyle="--", linewidth=1.2,
                    label=f"paper {cell.paper_mean:g}")
     if cell.missing:
-        ax.text(0.5, 0.3, "missing (no runs)", transform=ax.transAxes, ha="center", va="center",
-                color="gray", fontsize=8 if small else 11)
-        ax.set_xticks([])
+        no_data(ax, "missing (no runs)", small)
+    elif not len(grid) and not math.isfinite(cell.paper_mean):
+        no_data(ax, "no data (no eval/episode_return logged)", small)
     partial = f", {cell.partial} partial" if cell.partial else ""
     seeds = f"{cell.seeds} seed{'s' if cell.seeds != 1 else ''}"
+    seeds += f" in {cell.runs_count} runs" if cell.runs_count != cell.seeds else ""
     ax.set_title(f"{cell.label} ({seeds}{partial})", fontsize=8 if small else 11)
     ax.tick_params(labelsize=6 if small else 9)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: frames(x)))
@@ -137,20 +149,24 @@ def plot_overview(report: Report, path: Path) -> Path | None:
 
 def file_name(report: Report, key: tuple[str, ...]) -> str:
     """``<report>_<key values>.png`` with unsafe characters replaced."""
-    stem = "_".join([report.name, *key])
+    stem = "_".join([report.name, *(k for k in key if k)])
     return re.sub(r"[^A-Za-z0-9._=+-]+", "-", stem) + ".png"
 
 
-def write_plots(report: Report, out_dir: Path) -> tuple[dict[tuple[str, ...], str], str | None]:
-    """Writes one PNG per cell with runs and the overview grid into ``out_dir``.
+def write_plots(report: Report, out_dir: Path
+                ) -> tuple[dict[tuple[str, ...], str], str | None, dict[str, str]]:
+    """Writes one PNG per cell with runs, the overview grid and one comparison per env.
 
     Returns:
-        The file name per cell key, and the overview's file name (None if not written).
+        The file name per cell key, the overview's file name (None if not written), and the
+        comparison figure's file name per env.
     """
+    from rlrun.report.compare import write_comparisons
+
     out_dir.mkdir(parents=True, exist_ok=True)
     names = {}
     for cell in report.cells:
         if not cell.missing:
             names[cell.key] = plot_cell(cell, out_dir / file_name(report, cell.key)).name
     overview = plot_overview(report, out_dir / f"{report.name}_overview.png")
-    return names, overview.name if overview else None
+    return names, overview.name if overview else None, write_comparisons(report, out_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rlrun.report.stats import DDOF
+from rlrun.report.stats import DDOF, LEVEL, RESAMPLES
 from rlrun.report.table import Cell, Report
 
 NA = "n/a"
@@ -43,10 +43,12 @@ def frames(x: float) -> str:
 
 
 def seeds(cell: Cell) -> str:
-    """``5``, ``3 (1 partial)`` or ``missing``."""
+    """Distinct seeds: ``5``, ``3 (1 partial)``, ``2 (3 runs)`` or ``missing``."""
     if cell.missing:
         return "missing"
-    return f"{cell.seeds} ({cell.partial} partial)" if cell.partial else str(cell.seeds)
+    notes = [f"{cell.runs_count} runs"] * (cell.runs_count != cell.seeds) + \
+        [f"{cell.partial} partial"] * bool(cell.partial)
+    return f"{cell.seeds} ({', '.join(notes)})" if notes else str(cell.seeds)
 
 
 def cell_columns(cell: Cell) -> list[str]:
@@ -96,7 +98,8 @@ def terminal(report: Report) -> str:
 
 def legend(report: Report) -> list[str]:
     return [f"ours: final eval/episode_return, mean ± std over seeds (std ddof={DDOF}); "
-            "IQM: interquartile mean, 95% percentile-bootstrap CI (2000 resamples)",
+            f"IQM: interquartile mean (25% trimmed), {LEVEL:.0%} percentile-bootstrap CI over seeds "
+            f"({RESAMPLES} resamples); seeds: distinct seeds",
             *report.notes]
 
 
@@ -105,13 +108,14 @@ def _md_escape(text: str) -> str:
 
 
 def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
-             overview: str | None = None) -> str:
+             overview: str | None = None, comparisons: dict[str, str] | None = None) -> str:
     """Markdown: the paper's layout (tables only), then one detail row per cell.
 
     Args:
         report: The report.
         plots: PNG file name per cell key, linked from the detail rows.
         overview: File name of the overview grid PNG, embedded at the end.
+        comparisons: File name of the comparison figure per env, embedded at the end.
     """
     out = [f"# {report.name}: {report.caption}", ""]
     if report.rows is not None and report.cols is not None:
@@ -136,6 +140,8 @@ def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
     out += ["", *(f"- {n}" for n in legend(report))]
     if overview:
         out += ["", f"![{report.name} overview]({overview})"]
+    for env, name in (comparisons or {}).items():
+        out += ["", f"![{env}: algorithms compared]({name})"]
     return "\n".join(out) + "\n"
 
 

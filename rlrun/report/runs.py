@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
+from rlrun.confighash import NOT_CONFIG, config_hash, experiment_params  # noqa: F401 (re-exported)
 from rlrun.errors import RlrunError
 
 # MLflow's own telemetry would try the network; this machine class has none.
@@ -25,8 +26,8 @@ EVAL_STD_KEY = "eval/episode_return_std"
 FRAMES_KEY = "frames"
 PAGE_SIZE = 1000
 COLUMNS = ["run_id", "experiment", "run_name", "status", "start_time", "seed", "final_return",
-           "final_return_std", "frames", "total_frames", "partial", "curve_steps", "curve_values",
-           "tags", "params"]
+           "final_return_std", "frames", "total_frames", "partial", "failed", "config_hash",
+           "curve_steps", "curve_values", "tags", "params"]
 
 
 class ReportError(RlrunError):
@@ -138,6 +139,9 @@ def run_record(client, run, experiment: str) -> dict[str, Any]:
         "final_return_std": _number(metrics.get(EVAL_STD_KEY)),
         "frames": frames, "total_frames": total,
         "partial": bool(status != "FINISHED" or (not np.isnan(total) and not frames >= total)),
+        # A run that raised, or whose evaluation went non-finite (diverged).
+        "failed": bool(status == "FAILED" or not np.isfinite(values).all()),
+        "config_hash": config_hash(params),
         "curve_steps": steps, "curve_values": values, "tags": tags, "params": params,
     }
 
@@ -174,6 +178,8 @@ def load_runs(tracking_uri: str | None = None, experiments: list[str] | None = N
         One row per run with the columns of ``COLUMNS``: ``final_return`` is the last
         ``eval/episode_return`` (by step), ``frames`` the last ``frames`` value,
         ``partial`` is true unless the run is FINISHED with ``frames >= total_frames``,
+        ``failed`` when it is FAILED or an evaluation return is not finite (diverged),
+        ``config_hash`` identifies its config but for the seed and ``NOT_CONFIG``,
         and ``curve_steps``/``curve_values`` hold the eval curve (numpy arrays).
 
     Raises:
@@ -200,7 +206,12 @@ def load_runs(tracking_uri: str | None = None, experiments: list[str] | None = N
 
 
 def lookup(row: pd.Series | dict, key: str) -> str | None:
-    """A run's value for a group key: a tag, else a param (``tags.X``/``params.X`` to choose)."""
+    """A run's value for a group key: a tag, else a param (``tags.X``/``params.X`` to choose).
+
+    ``config_hash`` is the hash the report computes from the run's params (``config_hash``).
+    """
+    if key == "config_hash" and "config_hash" in row:
+        return row["config_hash"]
     if key.startswith("tags."):
         return row["tags"].get(key[5:])
     if key.startswith("params."):

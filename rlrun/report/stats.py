@@ -1,79 +1,105 @@
-"""Statistics over seeds: mean, std, interquartile mean and its bootstrap CI."""
+"""Statistics over seeds: mean, std, the interquartile mean (IQM) and bootstrap intervals.
+
+The IQM and its interval follow Agarwal et al. 2021 ("Deep RL at the Edge of the
+Statistical Precipice"): the IQM is ``scipy.stats.trim_mean(x, 0.25)`` (what their
+``rliable`` library computes) and intervals are percentile bootstraps over runs
+(``scipy.stats.bootstrap``), resampled independently per cell, i.e. stratified.
+``rliable`` itself is not used: its latest release (1.2.0) pins ``arch<8``, whose
+7.x releases fail to import under pandas 3 and whose 8.x release breaks rliable's
+``StratifiedBootstrap`` (measured here, pandas 3.1.1).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from scipy import stats as sps
 
 DDOF = 1
 """Standard deviations over seeds are sample std (``ddof=1``); one seed has no std (NaN)."""
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    return np.asarray([v for v in values if np.isfinite(v)], dtype=float)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample std (``ddof=1``) of the finite values; NaN where undefined."""
-    x = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+    x = _finite(values)
     mean = float(x.mean()) if len(x) else float("nan")
     std = float(x.std(ddof=DDOF)) if len(x) > DDOF else float("nan")
     return mean, std
 
 
-def iqm_weights(n: int) -> np.ndarray:
-    """Weights of the sorted values in the IQM of ``n`` values (they sum to 1).
-
-    Sorted value ``i`` holds the probability mass ``[i/n, (i+1)/n]`` of the empirical
-    distribution; its weight is the part of that interval inside ``[0.25, 0.75]``,
-    divided by 0.5. Values straddling a quartile count fractionally.
-    """
-    lo = np.arange(n) / n
-    hi = (np.arange(n) + 1) / n
-    return (np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None) / 0.5)
+def iqm_axis(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The IQM along ``axis``: the mean after cutting ``floor(n/4)`` values off each end."""
+    return sps.trim_mean(x, 0.25, axis=axis)
 
 
 def iqm(values: Sequence[float]) -> float:
-    """Interquartile mean: the mean of the middle 50% of the values.
+    """Interquartile mean of the finite values (``trim_mean(x, 0.25)``); NaN when there is none.
 
-    Uses fractional weighting at the quartile boundaries (the IQM of Agarwal et
-    al. 2021, "Deep RL at the Edge of the Statistical Precipice", defined as the
-    mean over the 25%-75% quantile range of the empirical distribution). When
-    ``n`` is a multiple of 4 this equals ``scipy.stats.trim_mean(x, 0.25)``, which
-    the ``rliable`` library computes; otherwise the boundary values count in part
-    instead of being dropped or kept whole. E.g. the IQM of ``[0, 1, 2, 10, 100]``
-    is ``(0.15*1 + 0.2*2 + 0.15*10) / 0.5 = 4.1``.
+    E.g. ``[0, 1, 2, 10, 100]``: one value cut at each end, IQM ``(1 + 2 + 10) / 3``.
+    """
+    x = _finite(values)
+    return float(iqm_axis(x)) if len(x) else float("nan")
+
+
+def bootstrap_ci(data: np.ndarray, statistic: Callable[..., np.ndarray], resamples: int = RESAMPLES,
+                 level: float = LEVEL, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap interval of ``statistic`` over the runs on axis 0 of ``data``.
 
     Args:
-        values: Scores, one per seed; non-finite values are ignored.
+        data: ``(runs, ...)``; each column (trailing axes) gets its own interval.
+        statistic: ``statistic(x, axis)`` reducing the runs axis, vectorised.
+        resamples: Bootstrap resamples (runs drawn with replacement).
+        level: Coverage of the interval.
+        seed: Seed of the resampling RNG.
 
     Returns:
-        The IQM, or NaN when there is no finite value.
+        ``(low, high)`` shaped like the trailing axes; the statistic itself for one run.
     """
-    x = np.sort(np.asarray([v for v in values if np.isfinite(v)], dtype=float))
-    return float(iqm_weights(len(x)) @ x) if len(x) else float("nan")
+    data = np.asarray(data, dtype=float)
+    if len(data) < 2:
+        point = statistic(data, axis=0)
+        return point, point
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DegenerateDataWarning: all runs equal in a column
+        res = sps.bootstrap((data,), statistic, n_resamples=resamples, confidence_level=level,
+                            method="percentile", axis=0, vectorized=True, rng=np.random.default_rng(seed))
+    point = statistic(data, axis=0)
+    low, high = res.confidence_interval
+    return np.where(np.isfinite(low), low, point), np.where(np.isfinite(high), high, point)
 
 
-def bootstrap_iqm_ci(values: Sequence[float], resamples: int = 2000, level: float = 0.95,
+def bootstrap_iqm_ci(values: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL,
                      seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of the IQM over seeds.
+    """Percentile-bootstrap interval of the IQM over seeds.
 
     Args:
-        values: Scores, one per seed; non-finite values are ignored.
-        resamples: Bootstrap resamples (seeds drawn with replacement).
+        values: Scores, one per seed; non-finite values are ignored. Sorted first, so the same
+            scores give the same interval whatever order the runs come in.
+        resamples: Bootstrap resamples.
         level: Coverage of the interval.
-        seed: Seed of the resampling RNG; with the values sorted first, the same scores
-            give the same interval whatever order the runs come in.
+        seed: Seed of the resampling RNG.
 
     Returns:
         ``(low, high)``: NaN when there is no value, the value itself for one seed.
     """
-    x = np.sort(np.asarray([v for v in values if np.isfinite(v)], dtype=float))  # order-free
+    x = np.sort(_finite(values))
     if len(x) == 0:
         return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    samples = np.sort(x[rng.integers(0, len(x), size=(resamples, len(x)))], axis=1)
-    stats = samples @ iqm_weights(len(x))
-    tail = (1.0 - level) / 2 * 100
-    low, high = np.percentile(stats, [tail, 100 - tail])
+    low, high = bootstrap_ci(x, iqm_axis, resamples, level, seed)
     return float(low), float(high)
+
+
+def profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """Performance profile: the fraction of runs (axis 0) scoring above each ``tau``."""
+    return (np.asarray(scores)[..., None] > taus).mean(axis=-2)
 
 
 def ratio(ours: float, paper: float) -> float:

@@ -2,11 +2,16 @@
 
 Per cell: mean ± std (``ddof=1``) of the final eval return over seeds, the IQM with a
 95% percentile-bootstrap CI, the paper's mean ± std and the ratio ours/paper, the seed
-count (with how many are partial) and the mean frames run against the paper's budget.
+count of distinct seeds (with how many are partial) and the mean frames run against
+the budget. Failed runs (status FAILED, or a non-finite evaluation: diverged) are left
+out unless asked for. By default ad-hoc cells are configs: runs share a cell when their
+whole logged config agrees but for the seed and the keys that do not change the
+experiment (``runs.NOT_CONFIG``); a cell's ``config`` column names what sets it apart
+from the other configs of its algo and env (e.g. ``total_frames=2000``).
 A seed run more than once in a cell (e.g. rerun with ``resume=false``) counts once:
-its finished run with the most frames, the latest one on ties. In a paper table a cell
-is one config, so (cell, seed) identifies a repeat; in ad-hoc groups, which may mix
-configs, a repeat must also share the ``run_dir`` tag (the same command).
+its finished run with the most frames, the latest one on ties. Where a cell is one
+config (paper tables, config cells), (cell, seed) identifies a repeat; in groups by
+user keys, which may mix configs, a repeat must also share the ``run_dir`` tag.
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ import pandas as pd
 import yaml
 
 from rlrun.report import stats
-from rlrun.report.runs import lookup
+from rlrun.report.runs import experiment_params, lookup
 
 TABLES = ("table1", "table2")
 UNSET = "(unset)"
 NUMERIC = ["mean", "std", "iqm", "iqm_low", "iqm_high", "paper_mean", "paper_std", "ratio", "seeds",
-           "partial", "frames", "budget"]
+           "runs_count", "partial", "frames", "budget"]
+CONFIG_KEYS = ["algo", "env", "config"]
+"""Key columns of the default ad-hoc report: one cell per config."""
+LABEL_KEYS = 3
+"""Differing params named in a config label before ``+N more``."""
 
 
 @cache
@@ -42,6 +51,7 @@ class Cell:
     key: tuple[str, ...]
     runs: pd.DataFrame
     seeds: int = 0
+    runs_count: int = 0
     partial: int = 0
     mean: float = float("nan")
     std: float = float("nan")
@@ -57,7 +67,7 @@ class Cell:
     @property
     def missing(self) -> bool:
         """True when no run belongs to the cell."""
-        return self.seeds == 0
+        return self.runs_count == 0
 
     @property
     def label(self) -> str:
@@ -126,7 +136,8 @@ def summarize(key: tuple[str, ...], runs: pd.DataFrame, paper_mean: float = floa
     if runs.empty:
         return cell
     finals = runs["final_return"].to_numpy(dtype=float)
-    cell.seeds, cell.partial = len(runs), int(runs["partial"].sum())
+    cell.runs_count, cell.partial = len(runs), int(runs["partial"].sum())
+    cell.seeds = len(set(runs["seed"].dropna())) + int(runs["seed"].isna().sum())
     cell.mean, cell.std = stats.mean_std(finals)
     cell.iqm = stats.iqm(finals)
     cell.iqm_low, cell.iqm_high = stats.bootstrap_iqm_ci(finals)
@@ -165,11 +176,47 @@ def _budget(table: dict, algo: str, env: str) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _notes(dropped: int) -> list[str]:
-    return [f"{dropped} duplicate run(s) of a seed left out (kept the finished/longest one)"] * bool(dropped)
+def _notes(dropped: int, failed: int = 0) -> list[str]:
+    return ([f"{dropped} duplicate run(s) of a seed left out (kept the finished/longest one)"] * bool(dropped)
+            + [f"{failed} failed or diverged run(s) left out (--include-failed to show them)"] * bool(failed))
 
 
-def build_table(runs: pd.DataFrame, name: str) -> Report:
+def drop_failed(runs: pd.DataFrame, include_failed: bool) -> tuple[pd.DataFrame, int]:
+    """The runs without the failed ones (unless ``include_failed``), and how many were dropped."""
+    if include_failed or runs.empty:
+        return runs, 0
+    keep = ~runs["failed"].astype(bool)
+    return runs[keep], int((~keep).sum())
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def config_labels(runs: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """Per (algo, env, config hash), the params that set it apart from the other configs of its algo and env.
+
+    ``""`` when the config is the only one of its (algo, env); else the differing params as
+    ``key=value`` (shallow keys first, at most ``LABEL_KEYS`` then ``+N more``).
+    """
+    labels: dict[tuple[str, str, str], str] = {}
+    pairs = [(str(lookup(r, "algo")), str(lookup(r, "env"))) for _, r in runs.iterrows()]
+    for pair in dict.fromkeys(pairs):
+        group = runs[[p == pair for p in pairs]]
+        configs = {h: experiment_params(p) for h, p in zip(group["config_hash"], group["params"])}
+        if len(configs) == 1:
+            labels.update(dict.fromkeys([(*pair, h) for h in configs], ""))
+            continue
+        keys = sorted({k for p in configs.values() for k in p}, key=lambda k: (k.count("."), k))
+        differ = [k for k in keys if len({p.get(k, UNSET) for p in configs.values()}) > 1]
+        for h, p in configs.items():
+            shown = [f"{k}={_short(p.get(k, UNSET))}" for k in differ[:LABEL_KEYS]]
+            more = [f"+{len(differ) - LABEL_KEYS} more"] if len(differ) > LABEL_KEYS else []
+            labels[(*pair, h)] = ", ".join(shown + more) or h
+    return labels
+
+
+def build_table(runs: pd.DataFrame, name: str, include_failed: bool = False) -> Report:
     """The paper's table ``name`` (``table1``/``table2``) from runs tagged for it.
 
     Runs are those whose ``paper.table`` param equals ``name``; cells are
@@ -182,6 +229,7 @@ def build_table(runs: pd.DataFrame, name: str) -> Report:
     results: dict[str, dict[str, list[float]]] = table["results"]
     if not runs.empty:
         runs = runs[[lookup(r, "paper.table") == name for _, r in runs.iterrows()]]
+    runs, failed = drop_failed(runs, include_failed)
     runs, dropped = dedupe_seeds(_with_keys(runs, ["paper.algo", "paper.env"]))
     seen = list(runs["_key"]) if not runs.empty else []
     rows = _ordered(list(results), [k[0] for k in seen])
@@ -199,21 +247,45 @@ def build_table(runs: pd.DataFrame, name: str) -> Report:
             budget = _unique_number(group, "paper.budget_frames") if not group.empty else float("nan")
             budget = budget if np.isfinite(budget) else _budget(table, algo, env)
             cells.append(summarize((algo, env), group, mean, std, budget))
-    notes = [f"budget: {text}" for text in table.get("budgets", {}).values()] + _notes(dropped)
+    notes = [f"budget: {text}" for text in table.get("budgets", {}).values()] + _notes(dropped, failed)
     return Report(name, table["caption"], ["algo", "env"], cells, rows, cols, notes)
 
 
-def build_grouped(runs: pd.DataFrame, keys: list[str]) -> Report:
-    """Ad-hoc cells: runs grouped by tag or param names (``tags.X``/``params.X`` to choose).
+def build_grouped(runs: pd.DataFrame, keys: list[str] | None = None, include_failed: bool = False
+                  ) -> Report:
+    """Ad-hoc cells: one per config (``keys=None``), or runs grouped by tag or param names.
+
+    Args:
+        runs: Runs as ``load_runs`` reads them.
+        keys: Tag or param names (``tags.X``/``params.X`` to choose; ``config_hash`` for the
+            config); ``None`` groups by config, with ``algo``, ``env`` and a ``config`` label.
+        include_failed: Keep failed and diverged runs.
 
     The paper value and budget of a cell come from the runs' ``paper.reference_mean``,
-    ``paper.reference_std`` and ``paper.budget_frames`` params, when the runs agree on them.
+    ``paper.reference_std`` and ``paper.budget_frames`` params, when the runs agree on them;
+    without a ``paper.budget_frames`` param, from ``total_frames``.
     """
-    runs, dropped = dedupe_seeds(_with_keys(runs, keys), same_dir=True)
+    runs, failed = drop_failed(runs, include_failed)
+    by_config = keys is None
+    if by_config:
+        labels = config_labels(runs) if not runs.empty else {}
+        keyed = runs.assign(_key=pd.Series(
+            [(str(lookup(r, "algo")), str(lookup(r, "env")), r["config_hash"]) for _, r in runs.iterrows()],
+            index=runs.index, dtype=object)) if not runs.empty else runs.assign(_key=None)
+        keys = CONFIG_KEYS if any(labels.values()) else CONFIG_KEYS[:2]
+        caption = "Runs grouped by config (all but the seed" + (
+            "; config: what sets a cell apart)" if len(keys) == 3 else ")")
+    else:
+        keyed, labels = _with_keys(runs, keys), {}
+        caption = f"Runs grouped by {', '.join(keys)}"
+    runs, dropped = dedupe_seeds(keyed, same_dir=not by_config)
     cells = []
-    for key in sorted(set(runs["_key"]) if not runs.empty else [], key=natural_key):
+    shown = {k: (*k[:2], labels[k])[:len(keys)] if by_config else k
+             for k in (set(runs["_key"]) if not runs.empty else [])}
+    for key in sorted(shown, key=lambda k: natural_key(shown[k])):
         group = runs[[k == key for k in runs["_key"]]]
-        cells.append(summarize(key, group, _unique_number(group, "paper.reference_mean"),
-                               _unique_number(group, "paper.reference_std"),
-                               _unique_number(group, "paper.budget_frames")))
-    return Report("runs", f"Runs grouped by {', '.join(keys)}", list(keys), cells, notes=_notes(dropped))
+        budget = _unique_number(group, "paper.budget_frames")
+        budget = budget if np.isfinite(budget) else _unique_number(group, "total_frames")
+        cells.append(summarize(shown[key], group, _unique_number(group, "paper.reference_mean"),
+                               _unique_number(group, "paper.reference_std"), budget))
+    return Report("runs", caption, list(keys), cells, notes=_notes(dropped, failed))

@@ -15,6 +15,7 @@ points, in order::
                 optimizer.step(losses)
                 post_optim()                    # target nets
         post_steps()                            # normaliser stats, schedules
+        collector.update_policy_weights()       # workers act with the new weights
         post_steps_log(batch)                   # eval, checkpoint, metrics
             post_eval(metrics)                  # after each evaluation, from the evaluation hook
 """
@@ -73,6 +74,7 @@ class Trainer:
                           getattr(loss, "reads", ()) if provided is not None else (),
                           f"the loss {type(loss).__name__}")
         self._points = {p: [getattr(hooks[n], p) for n in self.order[p]] for p in HOOK_POINTS}
+        self._push_weights = getattr(collector, "update_policy_weights", None)
 
     @property
     def frames(self) -> int:
@@ -108,6 +110,8 @@ class Trainer:
                         self.call_hooks("post_optim")
                         self.optim_steps += 1
             self.call_hooks("post_steps")
+            if self._push_weights is not None:
+                self._push_weights()  # collectors with worker processes act with the new weights next
             self.call_hooks("post_steps_log", batch)
             self.flush_metrics()
             if self.stop_reason:

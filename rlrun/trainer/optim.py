@@ -8,13 +8,13 @@ optimiser untouched, with no special case here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import register
+from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
               "sgd": torch.optim.SGD}
@@ -97,10 +97,10 @@ class OptimizerStep:
                 pg.update(h)
 
 
-def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: float = 3e-4,
-                   max_grad_norm: float | None = None, groups: dict | None = None,
-                   lr_schedule: str = "constant", eps: float = 1e-8, weight_decay: float = 0.0,
-                   alpha: float | None = None) -> OptimizerStep:
+def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: PositiveFloat = 3e-4,
+                   max_grad_norm: PositiveFloat | None = None, groups: dict | None = None,
+                   lr_schedule: Literal["constant", "linear"] = "constant", eps: PositiveFloat = 1e-8,
+                   weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None) -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
 
     Registered as ``adam``, ``adamw``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``

@@ -38,3 +38,50 @@ def test_command_line_names_the_benchmarks():
     with pytest.raises(SystemExit):
         parse_args(["gea"])
     assert "end_to_end" in BENCHMARKS
+
+
+def test_marl_parts_references_compute_what_rlrun_computes():
+    from rlrun.benchmarks import marl_parts
+
+    outs = {k: f() for k, f in marl_parts.group_mlp_forwards(16).items()}
+    for ref in ("loop", "torch.func"):
+        torch.testing.assert_close(outs[ref], outs["rlrun"])
+    cases = marl_parts.gae_cases(5, 40)
+    adv, target = cases["rlrun"]()
+    for ref in ("agent_major", "moved_copy"):
+        adv_ref, target_ref = cases[ref]()
+        torch.testing.assert_close(adv, adv_ref.transpose(1, 2))
+        torch.testing.assert_close(target, target_ref.transpose(1, 2))
+
+
+def test_vmas_benchmark_sides_step_the_same_env():
+    vmas = pytest.importorskip("vmas")
+    from rlrun.benchmarks import vmas as vmas_bench
+    from rlrun.envs.vmas import VmasEnv
+
+    ours = VmasEnv(vmas_bench.SCENARIO, num_envs=4, max_steps=vmas_bench.STEPS, seed=0,
+                   n_agents=vmas_bench.N_AGENTS)
+    obs_ours = ours.reset(seed=0)
+    bare = vmas.make_env(vmas_bench.SCENARIO, num_envs=4, device="cpu", continuous_actions=True,
+                         max_steps=vmas_bench.STEPS, seed=0, n_agents=vmas_bench.N_AGENTS)
+    obs_bare = bare.reset(seed=0)
+    torch.testing.assert_close(obs_ours, torch.stack(obs_bare, 1))
+    for _ in range(3):
+        action = torch.rand(4, vmas_bench.N_AGENTS, 2) * 2 - 1
+        out = ours.step(action)
+        obs_bare, rew_bare, _, _ = bare.step(list(action.unbind(1)))
+        torch.testing.assert_close(out.next_obs, torch.stack(obs_bare, 1))
+        torch.testing.assert_close(out.reward, torch.stack(rew_bare, 1))
+    result = vmas_bench.run(quick=True, reps=1)
+    assert [r["envs"] for r in result["rows"]] == [1, 10]
+    assert "| 1 |" in vmas_bench.render(result)
+
+
+def test_table5_times_every_case_on_the_same_frames():
+    from rlrun.benchmarks import table5
+
+    row = table5.bench_one("Pendulum-v1", workers=1, frames=200, rollout=100, reps=1)
+    assert all(len(row["times_s"][c]) == 1 and row[f"fps_{c}"] > 0 for c in table5.CASES)
+    assert row["ratio_gym_sync"] == 1.0
+    rendered = table5.render({"rows": [row], "notes": []})
+    assert "| Pendulum-v1 | 1 |" in rendered and "multi_async fps" in rendered

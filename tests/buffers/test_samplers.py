@@ -76,9 +76,11 @@ def test_without_replacement_reset_on_extend_when_full():
     assert torch.equal(torch.sort(epoch).values, torch.arange(8))
 
 
-def test_without_replacement_batch_larger_than_rows_raises():
-    with pytest.raises(ValueError, match="exceeds"):
-        WithoutReplacementSampler().sample(3, 4)
+def test_without_replacement_batch_larger_than_rows_gives_all_rows_each_call():
+    """A run's last, partial batch holds fewer rows than one minibatch: each draw is all of them."""
+    s, g = WithoutReplacementSampler(), gen()
+    draws = [s.sample(3, 4, g) for _ in range(3)]
+    assert all(sorted(d.tolist()) == [0, 1, 2] for d in draws)
 
 
 # --- prioritized -------------------------------------------------------------------------

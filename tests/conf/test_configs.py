@@ -22,7 +22,14 @@ CONTINUOUS_ONLY = {"sac", "td3", "ddpg"}
 DISCRETE_ONLY = {"dqn"}
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
-CNN_MODELS = {"ppo": "actor_critic_cnn", "a2c": "actor_critic_cnn", "dqn": "qnet_cnn"}
+CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn",
+              "dqn": "qnet_cnn"}
+
+
+def split_tuned(option: str) -> tuple[str, str]:
+    """``ppo_kl_cartpole -> (ppo_kl, cartpole)``: the longest algo name that prefixes it."""
+    algo = max((a for a in ALGOS if option.startswith(f"{a}_")), key=len, default=option.split("_")[0])
+    return algo, option[len(algo) + 1:]
 
 
 def composed(*overrides: str):
@@ -64,7 +71,7 @@ def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
                           if g not in ("algo", "env", "paper", "sweep", "hpo") and not g.startswith("hydra")])
 def test_every_group_option_names_a_registered_component(group, option):
     if group == "tuned":
-        algo, env = option.split("_", 1)
+        algo, env = split_tuned(option)
         cfg = composed(f"algo={algo}", f"env={env}")
         validate(cfg)
         return
@@ -80,7 +87,7 @@ def test_every_group_option_names_a_registered_component(group, option):
 
 def test_tuned_presets_follow_algo_env_naming():
     for option in GROUPS.get("tuned", []):
-        algo, env = option.split("_", 1)
+        algo, env = split_tuned(option)
         assert algo in ALGOS and env in ENVS, option
 
 
@@ -98,7 +105,7 @@ def test_base_presets_restate_their_factory_defaults_exactly(group, option):
     params = inspect.signature(lookup(group, option).factory).parameters
     differ = {k: (node[k], params[k].default) for k in node if k != "name"
               and not OmegaConf.is_interpolation(node, k) and k in params
-              and params[k].default is not inspect.Parameter.empty
+              and params[k].default not in (inspect.Parameter.empty, None)  # None: the preset chooses
               and _plain(node[k]) != _plain(params[k].default)}
     assert not differ, f"{group}/{option}.yaml disagrees with the factory's defaults: {differ}"
 

@@ -183,7 +183,7 @@ def test_options_reach_the_emulator(make_env):
 
 @pytest.mark.parametrize("game", ["pong", "freeway", "boxing", "breakout"])
 def test_presets_build(game):
-    env = build("env", OmegaConf.load(CONF / "env" / f"{game}.yaml"), num_envs=1)
+    env = build("env", {**OmegaConf.load(CONF / "env" / f"{game}.yaml"), "num_envs": 1})
     try:
         assert env.spec.observation_shape == (4, 84, 84) and env.terminal_on_life_loss
         assert env.reward_clip == "sign"  # DeepMind's set-up lives with the env

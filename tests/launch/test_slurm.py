@@ -67,7 +67,7 @@ def test_sweep_of_two_jobs_through_slurm_tracks_both_runs(tmp_path, slurm_partit
         tags = run.data.tags
         assert run.info.status == "FINISHED" and tags["sweep"] == "sw" and tags["job_num"] in ("0", "1")
         assert tags["slurm_array_job_id"] + "_" + tags["slurm_array_task_id"] in slurm_ids
-        assert tags["slurm_job_id"] and len(tags["git_commit"]) == 40
+        assert tags["slurm_job_id"] and len(tags["rlrun_git_commit"]) == 40  # cwd is no repository
         assert "summary.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
         summary = read_json(Path(tags["run_dir"]) / "summary.json")
         assert summary["frames"] == 512 and summary["mlflow_run_id"] == run.info.run_id

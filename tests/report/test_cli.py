@@ -33,7 +33,8 @@ def test_terminal_table(store, capsys):
                         sac[10], sac[11], "5", "1M", "/", "1M"]
     assert sac[10].startswith("[") and sac[11].endswith("]") and sac[16] == "(100%)"
     ppo = next(line for line in lines if "1367" in line)
-    for text in ("Hopper", "1367 ± 416", "1703 ± 742", "0.80", "1433 [", "3 (1 partial)", "800k / 1M (80%)"):
+    for text in ("Hopper", "1367 ± 416", "1703 ± 742", "0.80", "1367 [900, 1700]", "3 (1 partial)",
+                 "800k / 1M (80%)"):
         assert text in ppo
     td3 = next(line for line in lines if "5373" in line)
     for text in ("2000", "0.37", "2000 [2000, 2000]", "1 (1 partial)", "600k / 1M (60%)"):
@@ -62,7 +63,7 @@ def test_csv_parses_back_to_the_same_numbers(written, runs):
 
     df = pd.read_csv(written / "table.csv")
     assert list(df.columns) == ["algo", "env", "mean", "std", "iqm", "iqm_low", "iqm_high", "paper_mean",
-                                "paper_std", "ratio", "seeds", "partial", "frames", "budget"]
+                                "paper_std", "ratio", "seeds", "runs_count", "partial", "frames", "budget"]
     expected = build_table(runs, "table1").to_frame()
     assert list(df["algo"]) == list(expected["algo"]) and list(df["env"]) == list(expected["env"])
     np.testing.assert_allclose(df.iloc[:, 2:].to_numpy(float), expected.iloc[:, 2:].to_numpy(float),
@@ -80,6 +81,7 @@ def test_csv_parses_back_to_the_same_numbers(written, runs):
 def test_pngs_are_written_for_cells_with_runs(written):
     pngs = sorted(p.name for p in written.glob("*.png"))
     assert pngs == ["table1_PPO_Hopper.png", "table1_SAC_HalfCheetah.png", "table1_TD3_Ant.png",
+                    "table1_compare_ant.png", "table1_compare_halfcheetah.png", "table1_compare_hopper.png",
                     "table1_overview.png"]
     for name in pngs:
         data = (written / name).read_bytes()

@@ -27,22 +27,31 @@ def test_one_seed_has_no_std_and_nans_are_ignored():
     assert all(math.isnan(x) for x in stats.mean_std([]))
 
 
-@pytest.mark.parametrize(("n", "weights"), [
-    (1, [1.0]), (2, [0.5, 0.5]), (3, [1 / 6, 2 / 3, 1 / 6]), (4, [0, 0.5, 0.5, 0]),
-    (5, [0, 0.3, 0.4, 0.3, 0]), (8, [0, 0, 0.25, 0.25, 0.25, 0.25, 0, 0]),
-])
-def test_iqm_weights_cover_the_middle_half_fractionally(n, weights):
-    w = stats.iqm_weights(n)
-    assert w == pytest.approx(weights)
-    assert w.sum() == pytest.approx(1.0)
-
-
-def test_iqm_hand_computed():
-    assert stats.iqm([5000, 1000, 3000, 2000, 4000]) == pytest.approx(3000)
-    assert stats.iqm([0, 1, 2, 10, 100]) == pytest.approx((0.15 * 1 + 0.2 * 2 + 0.15 * 10) / 0.5)  # 4.1
-    assert stats.iqm([900, 1500, 1700]) == pytest.approx((900 + 4 * 1500 + 1700) / 6)
-    assert stats.iqm([1, 2, 3, 100, 4, 5, 6, -100]) == pytest.approx(np.mean([2, 3, 4, 5]))  # trim_mean
+def test_iqm_cuts_a_quarter_of_the_values_off_each_end_as_rliable():
+    # rliable's IQM is scipy.stats.trim_mean(x, 0.25): floor(n / 4) values cut at each end.
+    assert stats.iqm([5000, 1000, 3000, 2000, 4000]) == pytest.approx(3000)  # cut 1000 and 5000
+    assert stats.iqm([0, 1, 2, 10, 100]) == pytest.approx((1 + 2 + 10) / 3)
+    assert stats.iqm([900, 1500, 1700]) == pytest.approx((900 + 1500 + 1700) / 3)  # n < 4: no cut
+    assert stats.iqm([1, 2, 3, 100, 4, 5, 6, -100]) == pytest.approx(np.mean([2, 3, 4, 5]))
+    assert stats.iqm([1.0, float("nan"), 3.0]) == 2.0
     assert math.isnan(stats.iqm([]))
+
+
+def test_bootstrap_interval_matches_a_reference_resampling_loop():
+    # 3 values: 27 equally likely resamples; the 2.5% and 97.5% quantiles of their means (the
+    # extremes 0 and 9 each have mass 1/27 > 2.5%), which a large bootstrap must find.
+    x = [0.0, 3.0, 9.0]
+    means = np.array([(x[i] + x[j] + x[k]) / 3 for i in range(3) for j in range(3) for k in range(3)])
+    low, high = stats.bootstrap_iqm_ci(x, resamples=20000)
+    assert low == np.percentile(means, 2.5, method="inverted_cdf") == 0.0
+    assert high == np.percentile(means, 97.5, method="inverted_cdf") == 9.0
+    low, high = stats.bootstrap_iqm_ci([0.0, 3.0, 9.0, 12.0, 20.0], resamples=4000)
+    assert 0.0 < low < stats.iqm([0.0, 3.0, 9.0, 12.0, 20.0]) < high < 20.0
+
+
+def test_performance_profile_counts_runs_above_each_threshold():
+    scores = np.array([1.0, 2.0, 3.0, 4.0])
+    assert list(stats.profile(scores, np.array([0.0, 1.0, 2.5, 4.0]))) == [1.0, 0.75, 0.5, 0.0]
 
 
 def test_bootstrap_ci_is_seeded_and_brackets_the_iqm():

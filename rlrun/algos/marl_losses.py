@@ -1,0 +1,162 @@
+"""Multi-agent losses over an agent dim: the PPO family (MAPPO, IPPO) and the Q family (IQL, VDN, QMIX).
+
+Keys (the agent-group layout; ``*B`` is any batch shape, e.g. ``[env, time]`` or a minibatch):
+
+- group data under ``"agents"`` with the agent dim after ``*B``:
+  ``("agents", "observation") [*B, n, obs]``, ``("agents", "action") [*B, n]`` (discrete)
+  or ``[*B, n, act]``, ``("agents", "sample_log_prob") [*B, n]``,
+  ``("agents", "advantage")`` and ``("agents", "value_target") [*B, n]``,
+  ``("next", "agents", "observation")``, ``("next", "agents", "reward") [*B, n, 1]``;
+- shared data at the root: ``("next", "terminated") [*B, 1]``, ``"state"`` and
+  ``("next", "state") [*B, state]`` (QMIX only).
+
+MAPPO and IPPO are the same loss: they differ only in whether the critic
+(a ``GroupMLP``) is centralised. IQL, VDN and QMIX are the same TD loss with no
+mixer, ``VDNMixer`` or ``QMixer``.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from rlrun.errors import ConfigError
+from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
+from rlrun.modules.networks import polyak_update, target_copy
+
+AGENTS = "agents"
+
+
+class MultiAgentPPOLoss(nn.Module):
+    """PPO-clip per agent, averaged over samples and agents.
+
+    Each agent's ratio ``pi_i(a_i|o_i) / pi_old(a_i|o_i)`` is clipped on its own
+    (the independent ratios of IPPO and MAPPO, Yu et al. 2022), with that agent's
+    advantage. Advantages are standardised over the whole minibatch, all agents
+    together.
+
+    Args:
+        actor: Per-agent policy.
+        critic: ``GroupMLP`` with one output per agent; ``centralised=True`` is MAPPO,
+            ``False`` IPPO.
+        clip_epsilon: Ratio clip range.
+        entropy_coef: Weight of the entropy bonus.
+        critic_coef: Weight of the value loss (0.5 * squared error).
+        normalize_advantage: Standardise advantages per minibatch.
+    """
+
+    def __init__(self, actor: GroupActor, critic: GroupMLP, clip_epsilon: float = 0.2,
+                 entropy_coef: float = 0.0, critic_coef: float = 1.0, normalize_advantage: bool = True):
+        super().__init__()
+        if critic.out_dim != 1:
+            raise ConfigError(f"the critic has {critic.out_dim} outputs per agent, not 1",
+                              key="model.critic", fix="build the critic GroupMLP with out_dim=1")
+        self.actor, self.critic = actor, critic
+        self.clip_epsilon, self.entropy_coef, self.critic_coef = clip_epsilon, entropy_coef, critic_coef
+        self.normalize_advantage = normalize_advantage
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``V_i [*B, n_agents]`` from ``obs [*B, n_agents, obs_dim]`` (for GAE)."""
+        return self.critic(obs.float()).squeeze(-1)
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        obs, adv = td[AGENTS, "observation"], td[AGENTS, "advantage"]
+        dist = self.actor.dist(obs)
+        log_ratio = dist.log_prob(td[AGENTS, "action"]) - td[AGENTS, "sample_log_prob"]
+        ratio = log_ratio.exp()
+        if self.normalize_advantage and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        clipped = ratio.clamp(1 - self.clip_epsilon, 1 + self.clip_epsilon)
+        loss_objective = -torch.min(ratio * adv, clipped * adv).mean()
+        entropy = dist.entropy().mean()
+        value_error = 0.5 * (self.value(obs) - td[AGENTS, "value_target"]).pow(2).mean()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clip_fraction = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
+        return {
+            "loss_objective": loss_objective,
+            "loss_critic": self.critic_coef * value_error,
+            "loss_entropy": -self.entropy_coef * entropy,
+            "entropy": entropy.detach(),
+            "approx_kl": approx_kl,
+            "clip_fraction": clip_fraction,
+        }
+
+
+class MultiAgentQLoss(nn.Module):
+    """TD loss for per-agent Q values, optionally mixed into a team value (IQL / VDN / QMIX).
+
+    Without a mixer (IQL) each agent regresses ``Q_i(o_i, a_i)`` on
+    ``r_i + gamma * (1 - terminated) * Q'_i(o'_i, a*_i)``. With a mixer the chosen
+    agent values are mixed, ``Q_tot = mixer(Q, s)``, and regressed on
+    ``r + gamma * (1 - terminated) * mixer'(Q'(o', a*), s')`` with the target
+    mixer ``mixer'``; the team reward ``r`` is the agents' mean reward (equal to each
+    agent's own under VMAS's shared rewards). ``a*_i`` is the online network's
+    argmax (Double DQN) or the target's.
+
+    Args:
+        qnet: ``GroupMLP`` with ``n_actions`` outputs per agent.
+        mixer: ``None`` (IQL), ``VDNMixer`` or ``QMixer``.
+        gamma: Discount.
+        double: Double-DQN action selection.
+        loss: ``"l2"`` (squared error) or ``"huber"``.
+        tau: Target update rate per ``update_targets`` call (1.0: hard copy).
+    """
+
+    def __init__(self, qnet: GroupMLP, mixer: nn.Module | None = None, gamma: float = 0.9,
+                 double: bool = True, loss: str = "l2", tau: float = 1.0):
+        super().__init__()
+        if loss not in ("l2", "huber"):
+            raise ConfigError(f"unknown loss {loss!r}", key="loss.loss", fix="use l2 or huber")
+        self.qnet, self.mixer = qnet, mixer
+        self.gamma, self.double, self.loss, self.tau = gamma, double, loss, tau
+        self.target_qnet = target_copy(qnet)
+        self.target_mixer = target_copy(mixer) if mixer is not None else None
+        self._needs_state = isinstance(mixer, QMixer)
+
+    def _mix(self, mixer: nn.Module | None, q: Tensor, state: Tensor | None) -> Tensor:
+        return q if mixer is None else mixer(q, state)
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        q_all = self.qnet(td[AGENTS, "observation"].float())  # [*B, n, A]
+        q = q_all.gather(-1, td[AGENTS, "action"].long().unsqueeze(-1)).squeeze(-1)  # [*B, n]
+        state = td["state"] if self._needs_state else None
+        q_pred = self._mix(self.mixer, q, state)  # [*B, n] (IQL) or [*B]
+        with torch.no_grad():
+            next_obs = td["next", AGENTS, "observation"].float()
+            next_target = self.target_qnet(next_obs)
+            chooser = self.qnet(next_obs) if self.double else next_target
+            next_q = next_target.gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)
+            next_state = td["next", "state"] if self._needs_state else None
+            next_v = self._mix(self.target_mixer, next_q, next_state)
+            reward = td["next", AGENTS, "reward"].squeeze(-1)  # [*B, n]
+            not_terminal = (~td["next", "terminated"]).float()  # [*B, 1]: broadcasts over agents
+            if self.mixer is not None:
+                reward, not_terminal = reward.mean(-1), not_terminal.squeeze(-1)
+            target = reward + self.gamma * not_terminal * next_v
+        if self.loss == "l2":
+            per_sample = (q_pred - target).pow(2)
+        else:
+            per_sample = nn.functional.smooth_l1_loss(q_pred, target, reduction="none")
+        return {"loss_critic": per_sample.mean(), "q_value": q.detach().mean(),
+                "td_error": (q_pred - target).detach().abs()}
+
+    def update_targets(self) -> None:
+        polyak_update(self.target_qnet, self.qnet, self.tau)
+        if self.mixer is not None and any(True for _ in self.mixer.parameters()):  # VDN has none
+            polyak_update(self.target_mixer, self.mixer, self.tau)
+
+
+def make_q_mixer(kind: str, n_agents: int, state_dim: int | None = None) -> nn.Module | None:
+    """``"none"`` (IQL), ``"vdn"`` or ``"qmix"`` (needs the global state's size)."""
+    if kind == "none":
+        return None
+    if kind == "vdn":
+        return VDNMixer()
+    if kind == "qmix":
+        if not state_dim:
+            raise ConfigError("QMIX needs a global state", key="loss.mixer",
+                              fix="use an env with a global state (VMAS provides one) or loss.mixer=vdn")
+        return QMixer(n_agents, state_dim)
+    raise ConfigError(f"unknown mixer {kind!r}", key="loss.mixer", fix="use none, vdn or qmix")

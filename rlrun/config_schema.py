@@ -1,0 +1,191 @@
+"""The schema of the config sections that are not components, and one check of the whole config.
+
+Component sections (``env``, ``model``, ``loss``, ``buffer``, ``optim``,
+``collector``, ``logger``, ``exploration``, ``hooks.*``) are described by their
+factories' signatures (``rlrun.registry``); the others by the dataclasses
+below. ``validate_sections`` checks both, before anything is built: every key
+must be known, every value of the annotated type and range, so that a key added
+to a section or a factory is checked by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlrun.errors import ConfigError, did_you_mean
+from rlrun.registry import (
+    Fraction,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    check_kwargs,
+    check_value,
+    resolve_factory,
+)
+
+# Sections built by the registry: config key -> component kind.
+# Checked in this order: a key that others interpolate (collector.frames_per_batch) comes first.
+COMPONENT_SECTIONS = {"collector": "collector", "env": "env", "optim": "optim", "buffer": "buffer",
+                      "model": "model", "loss": "loss", "exploration": "exploration", "logger": "logger"}
+
+
+@dataclass
+class TrainerSection:
+    epochs_per_batch: PositiveInt = 1
+    optim_steps_per_epoch: NonNegativeInt | None = None  # null: derived (rlrun.build)
+    updates_per_frame: PositiveFloat | None = None       # off-policy update-to-data ratio
+    learning_starts: NonNegativeInt | None = None        # null: collector.init_random_frames
+
+
+@dataclass
+class EvalSection:
+    interval_frames: NonNegativeInt = 25000  # 0: only the final evaluation
+    episodes: PositiveInt = 10
+    max_envs: PositiveInt = 10
+    target_return: float | None = None
+    video: bool = False            # record evaluation episodes (rlrun.video.EvalVideo)
+    video_every: PositiveInt = 1   # every k-th evaluation
+
+
+@dataclass
+class CheckpointSection:
+    interval_frames: NonNegativeInt = 50000
+    buffer: bool | Literal["auto"] = "auto"
+    max_buffer_mb: NonNegativeFloat = 2048
+
+
+@dataclass
+class PaperSection:
+    """The reference a ``+paper=...`` config reproduces (``rlrun report`` reads it)."""
+
+    table: str
+    algo: str
+    env: str
+    reference_mean: float
+    reference_std: NonNegativeFloat
+    budget_frames: PositiveInt
+
+
+@dataclass
+class RunConfig:
+    """The top level of a run's config (component sections are checked by their factories)."""
+
+    total_frames: PositiveInt
+    gamma: Fraction = 0.99
+    seed: NonNegativeInt = 0
+    device: str = "auto"
+    threads: Annotated[int, Range(ge=1)] | None = 1
+    resume: bool | str = "auto"
+    resume_allow_changes: bool = False
+    progress: bool | Literal["auto"] = "auto"
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    paper: PaperSection | None = None
+    hooks: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_sections(cfg: DictConfig | dict) -> None:
+    """Checks every section of a run config; raises ``ConfigError`` naming the key and the fix.
+
+    Component sections are checked against their factories' signatures
+    without building anything; the others against ``RunConfig``.
+    """
+    if isinstance(cfg, DictConfig):
+        if OmegaConf.is_missing(cfg, "total_frames"):
+            raise ConfigError("is not set", key="total_frames", fix="e.g. total_frames=100000")
+        cfg, unresolved = _resolve(cfg)
+    else:
+        unresolved = []
+    components = {k: cfg[k] for k in COMPONENT_SECTIONS if k in cfg}
+    check_dataclass(RunConfig, {k: v for k, v in cfg.items() if k not in components}, "")
+    for section, kind in COMPONENT_SECTIONS.items():
+        if components.get(section) is not None:
+            check_component(kind, components[section], section)
+    for name, node in (cfg.get("hooks") or {}).items():
+        if node:  # hooks.<name>: null switches a preset's hook off
+            check_component("hook", node, f"hooks.{name}")
+    if unresolved:  # the keys it refers to are fine (else they were reported above)
+        raise unresolved[0]
+
+
+def _resolve(cfg: DictConfig) -> tuple[dict, list[ConfigError]]:
+    """The config as plain containers; a value whose interpolation fails is left out and reported.
+
+    Leaving it out lets the checks name the key the user set (``buffer.batch_size=0``)
+    rather than the one that interpolates it (``trainer.optim_steps_per_epoch``).
+    """
+    errors: list[ConfigError] = []
+
+    def walk(node: Any, raw: Any, prefix: str) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        out = {}
+        for k, v in raw.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                out[k] = walk(node, v, f"{key}.")
+                continue
+            try:
+                value = OmegaConf.select(node, key, throw_on_missing=True)
+            except Exception as err:  # e.g. ceil_div by a batch size of 0, or of 'abc'
+                cause = str(err.__cause__ or err).splitlines()[0] or type(err).__name__
+                errors.append(ConfigError(f"cannot resolve {v} ({cause})", key=key,
+                                          fix="check the keys it refers to (see `rlrun --cfg job`)"))
+                continue
+            out[k] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        return out
+
+    return walk(cfg, OmegaConf.to_container(cfg, resolve=False), ""), errors
+
+
+def check_component(kind: str, node: Any, key: str) -> None:
+    """Checks a component node's options against its factory, as ``registry.build`` will."""
+    if not isinstance(node, dict):
+        raise ConfigError(f"must be a config section (name: ... and options), got {node!r}", key=key,
+                          fix=f"select a preset with {key}=<preset> or set {key}.name")
+    factory, node = resolve_factory(kind, node, key)
+    check_kwargs(factory, node, key)
+
+
+def check_dataclass(schema: type, node: Any, key: str) -> None:
+    """Checks ``node`` against a schema dataclass: known keys, required keys, types and ranges."""
+    where = key or "the top level"
+    if not isinstance(node, dict):
+        raise ConfigError(f"must be a config section, got {node!r}", key=key,
+                          fix=f"set the keys of {key} one by one, e.g. {key}.<key>=...")
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema, include_extras=True)
+    for name, value in node.items():
+        sub = f"{key}.{name}" if key else str(name)
+        if name not in fields:
+            raise ConfigError(
+                f"unknown key in {where}.{did_you_mean(str(name), fields)}", key=sub,
+                fix=f"remove it; the keys of {where} are {', '.join(fields)} (see `rlrun --cfg job`)")
+        hint, f = hints[name], fields[name]
+        section = _section_type(hint)
+        if section is not None and value is not None:
+            check_dataclass(section, value, sub)
+        elif section is None:
+            default = f.default if f.default is not dataclasses.MISSING else dataclasses.MISSING
+            check_value(value, hint, sub, default)
+    for name, f in fields.items():
+        if (name not in node and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING):
+            sub = f"{key}.{name}" if key else name
+            raise ConfigError("is required but not set", key=sub, fix=f"set {sub}=...")
+
+
+def _section_type(hint: Any) -> type | None:
+    """The schema dataclass of a nested section (``X`` or ``X | None``), else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    return next((o for o in options if dataclasses.is_dataclass(o)), None)

@@ -1,0 +1,96 @@
+"""Stop signals: SIGTERM, SIGINT (Ctrl-C), SIGUSR1/2 end a run after the current batch, with a checkpoint.
+
+The first signal asks the trainer to stop; the run writes its checkpoint and
+summary, then hands the signal to the handler that was installed before
+rlrun's (submitit's requeue handler under SLURM, see ``rlrun.launch.signals``),
+and the command exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM),
+printing one line. Python's own Ctrl-C handler is not chained: it would raise a
+``KeyboardInterrupt`` and print a traceback after the checkpoint is safe. A
+second signal restores the previous handler, so a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, Protocol
+
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+                     if hasattr(signal, n))
+REASON_PREFIX = "signal "
+
+
+class Stoppable(Protocol):
+    stop_signal: int | None
+
+    def request_stop(self, reason: str) -> None: ...
+
+
+def stop_reason(signum: int) -> str:
+    """The trainer's stop reason for a signal, e.g. ``signal SIGINT``."""
+    return f"{REASON_PREFIX}{signal.Signals(signum).name}"
+
+
+def install_stop_handlers(trainer: Stoppable) -> dict[int, Any]:
+    """Makes each stop signal ask ``trainer`` to stop after the current batch.
+
+    Returns:
+        The handlers that were installed before, for ``restore_handlers`` and
+        ``chain_signal_handler``. Outside the main thread nothing is installed.
+    """
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        trainer.request_stop(stop_reason(signum))
+        trainer.stop_signal = signum
+        print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint "
+              f"({'press Ctrl-C again' if signum == signal.SIGINT else 'signal again'} to stop at once)",
+              file=sys.stderr, flush=True)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+
+    for sig in STOP_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not in the main thread (e.g. some launchers)
+            pass
+    return previous
+
+
+def restore_handlers(previous: dict[int, Any]) -> None:
+    for sig, h in previous.items():
+        signal.signal(sig, h)
+
+
+def chain_signal_handler(previous: dict[int, Any], signum: int | None) -> None:
+    """After the checkpoint, hands a stop signal to the handler that was installed before rlrun's.
+
+    submitit's handler requeues the job (and exits). With no Python handler,
+    or Python's default Ctrl-C handler (which would only raise a
+    ``KeyboardInterrupt``), there is nothing to do: the caller exits with
+    ``exit_code``.
+    """
+    handler = previous.get(signum) if signum is not None else None
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)
+
+
+def exit_code(summary: dict[str, Any]) -> int:
+    """The process exit code for a run's summary: 0, or ``128 + signal`` for a run stopped by one.
+
+    An interrupted run whose stop reason names no signal exits with 143 (SIGTERM's code).
+    """
+    if summary.get("status") != "interrupted":
+        return 0
+    reason = str(summary.get("stop_reason") or "")
+    if reason.startswith(REASON_PREFIX):
+        try:
+            return 128 + signal.Signals[reason[len(REASON_PREFIX):]].value
+        except KeyError:
+            pass
+    return 128 + signal.SIGTERM
+
+
+def is_interrupt_code(code: object) -> bool:
+    """Whether a process exit code says 'stopped by a signal, with a checkpoint' (e.g. 130, 143)."""
+    return isinstance(code, int) and 128 < code < 128 + signal.NSIG and code - 128 in set(STOP_SIGNALS)
