@@ -98,7 +98,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
             wired[name] = (hook, f"config: hooks.{name}")
     eval_env = build("env", {**OmegaConf.to_container(cfg.env, resolve=True),
                              "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}, key="env")
-    for name, entry in reporting_hooks(cfg, optimizer, eval_env, str(device)).items():
+    for name, entry in reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir).items():
         if name in wired:
             raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
                               fix=f"rename it, e.g. hooks.my_{name}")

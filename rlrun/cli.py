@@ -4,6 +4,8 @@
     rlrun list [kind]            registered components and config presets
     rlrun explain [overrides]    the composed run: capabilities, loop settings, hooks per point
     rlrun report ...             tables and learning curves from finished runs
+    rlrun eval <run> [key=value] evaluate a run's policy (episodes=, seed=, deterministic=, video=)
+    rlrun export <run> [--format pt2|onnx] [--out FILE]   a self-contained policy file
 
 Config mistakes are caught before Hydra composes (unknown preset, misspelt
 key) or while building (wrong type, bad value) and reported as one message
@@ -310,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         from rlrun.explain import main as explain_main
 
         return explain_main(argv[1:])
+    if argv[:1] in (["eval"], ["export"]):
+        from rlrun.evaluate import main as eval_main
+        from rlrun.export import main as export_main
+
+        return (eval_main if argv[0] == "eval" else export_main)(argv[1:])
     if argv[:1] == ["report"]:
         from rlrun.report.cli import main as report_main
 

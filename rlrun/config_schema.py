@@ -51,6 +51,8 @@ class EvalSection:
     episodes: PositiveInt = 10
     max_envs: PositiveInt = 10
     target_return: float | None = None
+    video: bool = False            # record evaluation episodes (rlrun.video.EvalVideo)
+    video_every: PositiveInt = 1   # every k-th evaluation
 
 
 @dataclass

@@ -25,6 +25,7 @@ from rlrun.signals import chain_signal_handler, install_stop_handlers, restore_h
 from rlrun.tracking import Progress, say
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
+from rlrun.use import write_policy_file
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -173,6 +174,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             # Saved here, not in a hook, so that a signal landing after the checkpoint
             # hook of the last batch still keeps that batch (else it is trained twice).
             save()
+            # the policy alone (config + weights), so that a remote tracking server holds the model
+            logger.log_artifact(write_policy_file(run_dir, cfg, policy, trainer.frames))
             status = "KILLED" if trainer.interrupted else "FINISHED"
     finally:
         restore_handlers(previous)

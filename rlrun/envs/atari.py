@@ -145,6 +145,7 @@ def make_atari_env(
     full_action_space: bool = False,
     fire_reset: bool = False,
     reward_clip: Literal["sign"] | None = None,
+    render_mode: str | None = None,
 ) -> AtariVecEnv:
     """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.
 
@@ -172,6 +173,7 @@ def make_atari_env(
             ``FireOnLifeStart``); for games that wait for it, e.g. Breakout.
         reward_clip: ``"sign"``: learning rewards clipped to {-1, 0, 1} (DeepMind's
             set-up, in every Atari preset); returns are logged unclipped.
+        render_mode: gymnasium's render mode (``rgb_array`` for videos: ``rlrun.video``).
     """
     try:
         import ale_py
@@ -186,7 +188,8 @@ def make_atari_env(
                           fix="use positive values (DeepMind's set-up: 4 and 4)")
     make_kwargs = {"frameskip": 1, "repeat_action_probability": repeat_action_probability,
                    "full_action_space": full_action_space,
-                   "max_num_frames_per_episode": max_episode_steps}
+                   "max_num_frames_per_episode": max_episode_steps,
+                   **({"render_mode": render_mode} if render_mode else {})}
     wrappers = atari_wrappers(noop_max, frame_skip, screen_size, grayscale, frame_stack, fire_reset)
     return AtariVecEnv(id, num_envs, vectorization, max_episode_steps=None, rescale_actions=False,
                        clip_actions=False, extra_wrappers=wrappers, make_kwargs=make_kwargs,

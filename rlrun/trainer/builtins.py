@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,6 +16,8 @@ from torch import Tensor
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import Hook, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TrainStats
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation resets with seed + this: never a training env's seed
 
 
 def learning_hooks(loss: Any) -> dict[str, tuple[Hook, str]]:
@@ -62,16 +65,23 @@ class DivergenceGuard(Hook):
             trainer.diverge(f"non-finite {first} in the batch ending at frame {trainer.frames}")
 
 
-def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any,
-                    device: str) -> dict[str, tuple[Hook, str]]:
-    """Hooks that come after the config's: LR schedule, metrics, evaluation."""
+def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
+                    run_dir: Path | None = None) -> dict[str, tuple[Hook, str]]:
+    """Hooks that come after the config's: LR schedule, metrics, evaluation (and its videos)."""
     hooks: dict[str, tuple[Hook, str]] = {}
     if optimizer.lr_schedule == "linear":
         hooks["linear_lr"] = (LinearLR(), "built in: optim.lr_schedule=linear")
     hooks["train_stats"] = (TrainStats(), "built in: metrics")
-    evaluator = Evaluator(eval_env, cfg.eval.episodes, seed=cfg.seed + 1_000_003, device=device)
+    seed = cfg.seed + EVAL_SEED_OFFSET
+    evaluator = Evaluator(eval_env, cfg.eval.episodes, seed=seed, device=device)
     hooks["evaluation"] = (Evaluation(evaluator, cfg.eval.interval_frames, cfg.eval.get("target_return")),
                            "built in: eval.*")
+    if cfg.eval.get("video"):
+        from rlrun.video import EvalVideo  # imported only when asked for
+
+        folder = Path(run_dir if run_dir is not None else ".") / "videos"
+        hooks["eval_video"] = (EvalVideo(cfg.env, seed, folder, cfg.eval.get("video_every", 1), device),
+                               "built in: eval.video=true")
     return hooks
 
 

@@ -1,0 +1,222 @@
+"""Use a trained policy: restore it from a run, act with it in Python, save it for a tracker.
+
+A run directory's ``checkpoint.pt`` holds the resolved config (YAML, under
+``"config"``) and the loss's state, whose ``policy.*`` entries are the policy's
+(networks and observation normaliser). ``load`` rebuilds the policy from that
+config alone: no override is needed, and a run that is still training is read
+without its lock (checkpoints are replaced atomically, so the file opened is
+always a whole one). ``policy.pt``, written at the end of training and logged to
+the tracker, holds only the config and the policy state, and loads the same way.
+
+Actions come back in the env's own action space: rlrun's envs rescale Box
+actions to [-1, 1] (and clip them) with gymnasium wrappers; ``ActionMap``
+replays those wrappers' transforms, so that ``env.step(pi(obs))`` works on a
+plain ``gymnasium.make(id)`` env.
+
+Examples:
+    >>> pi = rlrun.load("runs/ppo-cartpole/default")            # doctest: +SKIP
+    >>> pi(obs)                                                  # doctest: +SKIP
+    np.int64(1)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from rlrun import checkpoint
+from rlrun.errors import CheckpointError
+from rlrun.registry import build
+
+CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
+POLICY_FORMAT = 1
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A run directory (its ``checkpoint.pt``, else its ``policy.pt``) or a file, as a file path."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (CHECKPOINT, POLICY_FILE):
+            if (path / name).is_file():
+                return path / name
+        hint = (" (the run is still before its first checkpoint: checkpoint.interval_frames)"
+                if (path / "config.yaml").exists() else "")
+        raise CheckpointError(f"no {CHECKPOINT} in {path}{hint}", key="path",
+                              fix="give a run directory that holds checkpoint.pt, or a checkpoint file")
+    if not path.is_file():
+        raise CheckpointError(f"no run directory or checkpoint at {path}", key="path",
+                              fix="give a run directory (runs/<algo>-<env>/<name>) or its checkpoint.pt")
+    return path
+
+
+def read(path: str | Path) -> tuple[dict[str, Any], DictConfig]:
+    """The saved state (``policy``, ``exploration``, ``frames``) and the run's own config."""
+    file = find_checkpoint(path)
+    try:
+        raw = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"cannot read {file} ({type(err).__name__}: {str(err).splitlines()[0]})",
+                              key="path", fix="give an rlrun checkpoint.pt or policy.pt") from None
+    if isinstance(raw, dict) and raw.get("policy_format") == POLICY_FORMAT:
+        state = raw
+    elif isinstance(raw, dict) and raw.get("format_version") == checkpoint.FORMAT_VERSION:
+        state = {"policy": {k.removeprefix("policy."): v for k, v in raw["loss"].items()
+                            if k.startswith("policy.")},
+                 "exploration": raw.get("exploration"), "frames": int(raw["frames"]),
+                 "config": raw.get("config")}
+    else:
+        raise CheckpointError(f"{file} is not an rlrun checkpoint of format {checkpoint.FORMAT_VERSION}",
+                              key="path", fix="give a checkpoint.pt written by this version of rlrun")
+    text = state.get("config")
+    if not text and (file.parent / "config.yaml").exists():
+        text = (file.parent / "config.yaml").read_text()
+    if not text:
+        raise CheckpointError(f"{file} holds no config, and there is no config.yaml beside it", key="path",
+                              fix="give the run directory that the checkpoint was written in")
+    return state, OmegaConf.create(text)
+
+
+class ActionMap(nn.Module):
+    """From the policy's actions to the env's: gymnasium's ``ClipAction``/``RescaleAction``, replayed.
+
+    Built from the outermost sub-env wrapper inwards; discrete actions pass through.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__()
+        self.ops: list[str] = []
+        for i, (low, high, kind) in enumerate(_action_transforms(env)):
+            self.register_buffer(f"a{i}", torch.as_tensor(low))
+            self.register_buffer(f"b{i}", torch.as_tensor(high))
+            self.ops.append(kind)
+
+    def forward(self, action: Tensor) -> Tensor:
+        for i, kind in enumerate(self.ops):
+            a, b = getattr(self, f"a{i}"), getattr(self, f"b{i}")
+            # clip: a, b are the bounds; rescale: a, b are RescaleAction's intercept and gradient
+            action = torch.clamp(action, a, b) if kind == "clip" else (action - a) / b
+        return action
+
+
+def _action_transforms(env: gym.Env) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    out = []
+    while isinstance(env, gym.Wrapper):
+        inner = env.env.action_space
+        if isinstance(env, gym.wrappers.ClipAction):
+            out.append((inner.low, inner.high, "clip"))
+        elif isinstance(env, gym.wrappers.RescaleAction):
+            # the inverse map of gymnasium.wrappers.utils.rescale_box, with its float32 coefficients
+            new_min, new_max = env.action_space.low, env.action_space.high
+            diff = inner.high.astype(np.longdouble) - inner.low.astype(np.longdouble)
+            gradient = ((new_max - new_min) / diff).astype(inner.dtype)
+            intercept = (gradient * -inner.low + new_min).astype(inner.dtype)
+            out.append((intercept, gradient, "rescale"))
+        env = env.env
+    return out
+
+
+class LoadedPolicy(nn.Module):
+    """``obs -> action`` of a trained policy: numpy or torch in, the same kind out.
+
+    Observations may be one (``observation_shape``) or a batch; the normaliser is
+    part of the networks and the actions are in the env's own action space.
+
+    Attributes:
+        config: The run's resolved config.
+        policy: The ``rlrun.policy.Policy`` (networks and normaliser).
+        frames: Frames the policy was trained for.
+    """
+
+    def __init__(self, policy: nn.Module, action_map: ActionMap, config: DictConfig, spec: Any,
+                 frames: int, deterministic: bool = True):
+        super().__init__()
+        self.policy, self.action_map, self.config, self.spec = policy, action_map, config, spec
+        self.frames, self.deterministic = frames, deterministic
+        self._explore = policy.behaviour(explore=True)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.parameters()).device
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Batched torch observations on the policy's device to env actions (what ``export`` saves)."""
+        action = self.policy.act(obs) if self.deterministic else self._explore(obs)["action"]
+        return self.action_map(action)
+
+    @torch.no_grad()
+    def __call__(self, obs: Any) -> Any:
+        single = np.ndim(obs) == len(self.spec.observation_shape)
+        as_numpy = not isinstance(obs, Tensor)
+        x = torch.as_tensor(np.asarray(obs) if as_numpy else obs).to(self.device)
+        action = self.forward(x[None] if single else x)
+        action = action[0] if single else action
+        return action.cpu().numpy() if as_numpy else action.to(obs.device)
+
+
+def load(path: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+    """The policy of a run directory, ``checkpoint.pt`` or ``policy.pt``, ready to act.
+
+    Args:
+        path: A run directory or a file in one.
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+        deterministic: The mode of the action distribution (else the behaviour policy's samples).
+    """
+    from rlrun.build import resolve_device
+
+    state, cfg = read(path)
+    policy, env = restore(cfg, state, resolve_device(device), vectorization="sync")
+    try:
+        return LoadedPolicy(policy, ActionMap(_sub_env(env)), cfg, env.spec, state["frames"],
+                            deterministic).to(resolve_device(device)).eval()
+    finally:
+        env.close()
+
+
+def restore(cfg: DictConfig, state: dict[str, Any], device: torch.device, num_envs: int = 1,
+            **env_overrides: Any) -> tuple[nn.Module, Any]:
+    """Rebuilds the env (``num_envs`` sub-envs) and the policy with its saved weights.
+
+    Returns:
+        ``(policy, env)``: the env is open; the caller closes it.
+    """
+    node = {**OmegaConf.to_container(cfg.env, resolve=True), "num_envs": num_envs, **env_overrides}
+    env = build("env", node, key="env")
+    policy = build("model", cfg.model, spec=env.spec).to(device)
+    if cfg.get("exploration"):
+        policy.exploration = build("exploration", cfg.exploration, actor=policy.actor, spec=env.spec,
+                                   num_envs=env.num_envs)
+        if state.get("exploration") is not None:
+            policy.exploration.load_state_dict(state["exploration"])
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as err:
+        env.close()
+        raise CheckpointError(f"the saved policy does not fit its config ({str(err).splitlines()[0]})",
+                              key="path", fix="give a checkpoint written by this version of rlrun") from None
+    return policy, env
+
+
+def _sub_env(env: Any) -> gym.Env:
+    """The first sub-env (with its wrappers) of a one-sub-env sync ``GymVecEnv``."""
+    return env.env.envs[0]
+
+
+def write_policy_file(run_dir: Path, cfg: DictConfig, policy: nn.Module, frames: int) -> Path:
+    """Writes ``<run_dir>/policy.pt`` (config + policy state, a few hundred kB) atomically."""
+    exploration = policy.exploration.state_dict() if policy.exploration is not None else None
+    path = Path(run_dir) / POLICY_FILE
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{POLICY_FILE}.tmp")
+    with os.fdopen(fd, "wb") as f:
+        torch.save({"policy_format": POLICY_FORMAT, "config": OmegaConf.to_yaml(cfg, resolve=True),
+                    "policy": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
+                    "exploration": exploration, "frames": int(frames)}, f)
+    os.replace(tmp, path)
+    return path
