@@ -1,8 +1,9 @@
 """Reads every stateful component of a built run, for the resume-equivalence tests.
 
 ``component_states`` is the one place that knows where each component keeps its
-state in a built run (the lead's refactor moves the networks from
-``trainer.loss.models`` into a policy component: adapt it here).
+state in a built run (the policy's networks and normaliser are submodules of the
+loss, ``trainer.loss.policy``; its exploration component, if any, is
+``trainer.policy.exploration``).
 ``checkpoint_states`` reads the same components from a checkpoint file.
 
 ``ProbeTrainer`` replaces ``rlrun.run.Trainer`` so that a test can reach the
@@ -47,7 +48,9 @@ def _split_buffer(state: dict | None) -> tuple[Any, Any]:
 def component_states(trainer: Trainer) -> dict[str, Any]:
     """The state of every component of a built run, keyed by component.
 
-    Keys: ``models`` (networks, targets, normaliser, temperature, loss counters),
+    Keys: ``models`` (the loss's state: the policy's networks and normaliser, target networks,
+    temperature, loss counters), ``exploration`` (the policy's exploration schedule and noise,
+    when it has an exploration component),
     ``optimizer`` (per-parameter moments and steps), ``lr`` (each param group's
     current learning rate), ``rng`` (torch, numpy, python), ``buffer`` (stored rows,
     cursor and sampling generator), ``priorities`` (the sampler's state: sum- and
@@ -67,6 +70,8 @@ def component_states(trainer: Trainer) -> dict[str, Any]:
         "collector": _clone(trainer.collector.state_dict()),
         "counters": {"optim_steps": trainer.optim_steps, "batches": trainer.batches},
     }
+    if trainer.policy.exploration is not None:
+        out["exploration"] = _clone(trainer.policy.exploration.state_dict())
     for name, hook in trainer.hooks.items():
         if name.startswith("probe"):
             continue
@@ -89,6 +94,8 @@ def checkpoint_states(state: dict) -> dict[str, Any]:
         "collector": state["collector"],
         "counters": {"optim_steps": state["optim_steps"], "batches": state["batches"]},
     }
+    if state["exploration"] is not None:
+        out["exploration"] = state["exploration"]
     out.update({f"hook:{k}": v for k, v in state["hooks"].items() if v and not k.startswith("probe")})
     return out
 

@@ -43,7 +43,7 @@ SMALL = ["logger=none", "device=cpu", "progress=false", "model.hidden=[16,16]", 
 OFF_POLICY = [*SMALL, "env=pendulum", "total_frames=400", "collector.frames_per_batch=50",
               "collector.init_random_frames=50", "trainer.optim_steps_per_epoch=5",
               "buffer.batch_size=16", "buffer.capacity=1000", "eval.interval_frames=75",
-              "checkpoint.interval_frames=125", "hooks.target_update.every=3"]
+              "checkpoint.interval_frames=125", "hooks.target_update.interval_updates=3"]
 CONFIGS = {
     "sac_prioritized": ["algo=sac", "buffer=prioritized", *OFF_POLICY],
     "ddpg_ou": ["algo=ddpg", *OFF_POLICY],
@@ -60,8 +60,8 @@ BASE = ["models", "optimizer", "lr", "rng", "buffer", "priorities", "collector",
         "hook:evaluation", "hook:checkpoint"]
 COMPONENTS = {
     "sac_prioritized": [*BASE, "hook:target_update"],
-    "ddpg_ou": [*BASE, "hook:target_update", "hook:exploration"],
-    "td3_gaussian": [*BASE, "hook:target_update", "hook:exploration"],
+    "ddpg_ou": [*BASE, "hook:target_update", "exploration"],
+    "td3_gaussian": [*BASE, "hook:target_update", "exploration"],
     "ppo_normalizer_linear_lr": BASE,
 }
 # a constant learning rate, and a uniform sampler (no state), are the same in a fresh run
@@ -160,12 +160,12 @@ def test_checkpoint_holds_non_trivial_state(resumed):
     assert sac.checkpoint["hook:target_update"]["count"] == 15
     assert sac.checkpoint["hook:evaluation"]["next_at"] == 225  # evaluated at 100 and 150
     assert sac.checkpoint["hook:checkpoint"]["next_at"] == 250
-    assert ddpg.checkpoint["hook:exploration"]["frames"] == 150 - 50  # not the 50 random frames
-    assert ddpg.checkpoint["hook:exploration"]["state"].abs().sum() > 0
+    assert ddpg.checkpoint["exploration"]["frames"] == 150 - 50  # not the 50 random frames
+    assert ddpg.checkpoint["exploration"]["state"].abs().sum() > 0
     td3 = resumed("td3_gaussian")
-    assert td3.checkpoint["hook:exploration"] == {"frames": 100}
+    assert td3.checkpoint["exploration"] == {"frames": 100}
     assert td3.checkpoint["models"]["_extra_state"] == {"calls": 15}  # TD3's actor-delay counter
-    assert ppo.checkpoint["models"]["models.normalizer.count"] > 0
+    assert ppo.checkpoint["models"]["policy.normalizer.count"] > 0
     assert ppo.checkpoint["lr"]["all"] == [pytest.approx(1e-3 * (1 - 256 / 512))]
 
 
@@ -204,12 +204,11 @@ def test_interrupted_run_matches_the_uninterrupted_one(resumed, config, tmp_path
                                ignore=TIMING_KEYS)
     assert resumed_summary["frames"] == whole["frames"] == r.cfg.total_frames
     assert resumed_summary["optim_steps"] == whole["optim_steps"]
-    for component in ("counters", "lr", *(c for c in COMPONENTS[config] if c.startswith("hook:")
-                                          and c != "hook:exploration")):
+    for component in ("counters", "lr", *(c for c in COMPONENTS[config] if c.startswith("hook:"))):
         assert not differences(resumed_end[component], whole_end[component], component,
                                ignore=(*TIMING_KEYS, "last"))
-    if "hook:exploration" in COMPONENTS[config]:
-        assert resumed_end["hook:exploration"]["frames"] == whole_end["hook:exploration"]["frames"]
+    if "exploration" in COMPONENTS[config]:
+        assert resumed_end["exploration"]["frames"] == whole_end["exploration"]["frames"]
     assert resumed_end["collector"]["frames"] == whole_end["collector"]["frames"]
 
 

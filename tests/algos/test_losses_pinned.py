@@ -14,10 +14,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlrun.algos.a2c import make_a2c_loss
-from rlrun.algos.dqn import make_dqn_loss
+from rlrun.algos.a2c import A2CLoss
+from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.ppo import PPOLoss
-from rlrun.algos.td3 import make_ddpg_loss, make_td3_loss
+from rlrun.algos.td3 import DDPGLoss, TD3Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 
@@ -57,7 +57,7 @@ def twin_q(critic, obs, action) -> list[torch.Tensor]:
 def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
     gamma, sigma, clip = 0.9, 0.4, 0.3
     torch.manual_seed(0)  # networks, and so which smoothed actions cross the bounds, fixed
-    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
+    loss = TD3Loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
                          target_noise=sigma, noise_clip=clip, policy_delay=2)
     perturbed_targets(loss)
     td = transitions()
@@ -74,7 +74,7 @@ def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
     a2 = (mu + noise).clamp(-1, 1)
     q1, q2 = twin_q(loss.target_critic, td["next", "observation"], a2)
     expected_sum = 0.0
-    online = twin_q(loss.models.critic, td["observation"], td["action"])
+    online = twin_q(loss.policy.critic, td["observation"], td["action"])
     for i in range(B):
         terminal = bool(td["next", "terminated"][i])
         y = float(td["next", "reward"][i]) + (0.0 if terminal else gamma * min(float(q1[i]), float(q2[i])))
@@ -85,7 +85,7 @@ def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
     # the same target with the online nets, unclipped noise, or unclamped actions is a different number
     nxt = td["next", "observation"]
     with torch.no_grad():
-        variants = [loss.models.critic(nxt, (loss.models.actor.act(nxt) + noise).clamp(-1, 1)),
+        variants = [loss.policy.critic(nxt, (loss.policy.actor.act(nxt) + noise).clamp(-1, 1)),
                     loss.target_critic(nxt, (mu + raw).clamp(-1, 1)),
                     loss.target_critic(nxt, mu + noise)]
     for q_variant in variants:
@@ -94,7 +94,7 @@ def test_td3_target_uses_target_nets_and_clipped_seeded_noise():
 
 def test_td3_importance_weights_scale_each_twins_squared_error():
     gamma = 0.9
-    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
+    loss = TD3Loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
                          target_noise=0.0)
     perturbed_targets(loss)
     td = transitions(4)
@@ -103,7 +103,7 @@ def test_td3_importance_weights_scale_each_twins_squared_error():
     with torch.no_grad():
         a2 = loss.target_actor.act(td["next", "observation"])
     q1n, q2n = twin_q(loss.target_critic, td["next", "observation"], a2)
-    online = twin_q(loss.models.critic, td["observation"], td["action"])
+    online = twin_q(loss.policy.critic, td["observation"], td["action"])
     expected, td_err = 0.0, []
     for i in range(B):
         bootstrap = 0.0 if bool(td["next", "terminated"][i]) else gamma * min(float(q1n[i]), float(q2n[i]))
@@ -116,18 +116,18 @@ def test_td3_importance_weights_scale_each_twins_squared_error():
 
 
 def test_td3_actor_loss_is_minus_the_first_q_of_the_online_actor():
-    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), policy_delay=1)
+    loss = TD3Loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=0.99, policy_delay=1)
     perturbed_targets(loss)
     td = transitions(1)
     out = loss(td)
     with torch.no_grad():
-        q1, _ = twin_q(loss.models.critic, td["observation"], loss.models.actor.act(td["observation"]))
+        q1, _ = twin_q(loss.policy.critic, td["observation"], loss.policy.actor.act(td["observation"]))
     assert out["loss_actor"].item() == pytest.approx(-q1.mean().item(), rel=1e-5)
 
 
 def test_ddpg_target_uses_target_nets_and_no_noise():
     gamma = 0.95
-    loss = make_ddpg_loss(actor_twin_q(CONT, hidden=[16], head="deterministic", num_q=1), gamma=gamma)
+    loss = DDPGLoss(actor_twin_q(CONT, hidden=[16], head="deterministic", num_q=1), gamma=gamma)
     perturbed_targets(loss, scale=1.5)
     td = transitions(2)
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def test_ddpg_target_uses_target_nets_and_no_noise():
     with torch.no_grad():
         a2 = loss.target_actor.act(td["next", "observation"])
     (q_next,) = twin_q(loss.target_critic, td["next", "observation"], a2)
-    (q,) = twin_q(loss.models.critic, td["observation"], td["action"])
+    (q,) = twin_q(loss.policy.critic, td["observation"], td["action"])
     expected = 0.0
     for i in range(B):
         bootstrap = 0.0 if bool(td["next", "terminated"][i]) else gamma * float(q_next[i])
@@ -148,12 +148,21 @@ def test_ddpg_target_uses_target_nets_and_no_noise():
 
 @pytest.mark.parametrize("tau", [0.005, 0.3])
 def test_td3_update_targets_moves_both_targets_by_tau(tau):
-    loss = make_td3_loss(actor_twin_q(CONT, hidden=[8], head="deterministic"), tau=tau)
+    """Targets move with the actor (Fujimoto et al.): after an actor step only, both by tau."""
+    loss = TD3Loss(actor_twin_q(CONT, hidden=[8], head="deterministic"), gamma=0.99, tau=tau,
+                   policy_delay=2)
     perturbed_targets(loss)
     before = {n: [p.clone() for p in getattr(loss, n).parameters()]
               for n in ("target_actor", "target_critic")}
-    online = {"target_actor": list(loss.models.actor.parameters()),
-              "target_critic": list(loss.models.critic.parameters())}
+    online = {"target_actor": list(loss.policy.actor.parameters()),
+              "target_critic": list(loss.policy.critic.parameters())}
+    td = transitions()
+    assert "loss_actor" not in loss(td)  # first call of a delay-2 loss: a critic-only step
+    loss.update_targets()
+    for name, olds in before.items():
+        for old, new in zip(olds, getattr(loss, name).parameters()):
+            assert torch.equal(new, old), f"{name} moved after a step that left the actor alone"
+    assert "loss_actor" in loss(td)  # second call: the actor step
     loss.update_targets()
     for name, olds in before.items():
         for old, new, src in zip(olds, getattr(loss, name).parameters(), online[name]):
@@ -162,17 +171,17 @@ def test_td3_update_targets_moves_both_targets_by_tau(tau):
 
 def test_dqn_soft_update_with_tau_below_one():
     spec = EnvSpec((3,), np.dtype(np.float32), True, 2)
-    loss = make_dqn_loss(qnet(spec, hidden=[8]), tau=0.25)
+    loss = DQNLoss(qnet(spec, hidden=[8]), gamma=0.99, tau=0.25)
     perturbed_targets(loss)
     olds = [p.clone() for p in loss.target_critic.parameters()]
     loss.update_targets()
-    for old, new, src in zip(olds, loss.target_critic.parameters(), loss.models.critic.parameters()):
+    for old, new, src in zip(olds, loss.target_critic.parameters(), loss.policy.critic.parameters()):
         torch.testing.assert_close(new, 0.75 * old + 0.25 * src)
 
 
 def test_dqn_importance_weights_scale_each_sample():
     spec = EnvSpec((3,), np.dtype(np.float32), True, 2)
-    loss = make_dqn_loss(qnet(spec, hidden=[8]), loss="l2")
+    loss = DQNLoss(qnet(spec, hidden=[8]), gamma=0.99, loss="l2")
     td = transitions(3)
     td["action"] = torch.tensor([0, 1] * (B // 2))
     plain = loss(td)
@@ -186,8 +195,8 @@ def test_dqn_importance_weights_scale_each_sample():
 
 def test_a2c_normalises_advantages_with_the_sample_std():
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
-    models = actor_critic(spec, hidden=[16])
-    loss = make_a2c_loss(models, normalize_advantage=True)
+    policy = actor_critic(spec, hidden=[16])
+    loss = A2CLoss(policy, normalize_advantage=True)
     g = torch.Generator().manual_seed(5)
     obs, action = torch.randn(B, 4, generator=g), torch.randint(2, (B,), generator=g)
     adv = torch.randn(B, generator=g) * 3 + 2
@@ -198,12 +207,12 @@ def test_a2c_normalises_advantages_with_the_sample_std():
     mean = sum(a) / B
     std = math.sqrt(sum((x - mean) ** 2 for x in a) / (B - 1))
     with torch.no_grad():
-        logp = models.actor.dist(obs).log_prob(action).tolist()
+        logp = policy.actor.dist(obs).log_prob(action).tolist()
     expected = -sum(lp * (x - mean) / (std + 1e-8) for lp, x in zip(logp, a)) / B
     # float32 against float64 on a near-zero mean: an absolute tolerance far below the
     # 6% that the population std (or no normalisation) would change
     assert out["loss_objective"].item() == pytest.approx(expected, rel=1e-4, abs=1e-7)
-    plain = make_a2c_loss(models)(td)["loss_objective"].item()
+    plain = A2CLoss(policy)(td)["loss_objective"].item()
     assert plain == pytest.approx(-sum(lp * x for lp, x in zip(logp, a)) / B, rel=1e-5)
 
 
@@ -213,16 +222,16 @@ def test_ppo_clipped_objective_by_hand(normalize):
     eps = 0.2
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
     torch.manual_seed(0)
-    models = actor_critic(spec, hidden=[16])
+    policy = actor_critic(spec, hidden=[16])
     obs, action = torch.randn(B, 4), torch.randint(2, (B,))
     ratios = [0.5, 0.9, 1.1, 1.5, 0.5, 0.9, 1.1, 1.5]
     adv_list = [1.0, 1.0, 1.0, 1.0, -2.0, -2.0, -2.0, -2.0]
     with torch.no_grad():
-        logp = models.actor.dist(obs).log_prob(action)
+        logp = policy.actor.dist(obs).log_prob(action)
     td = TensorDict({"observation": obs, "action": action, "advantage": torch.tensor(adv_list),
                      "sample_log_prob": logp - torch.log(torch.tensor(ratios)),
                      "value_target": torch.zeros(B)}, [B])
-    out = PPOLoss(models, clip_epsilon=eps, normalize_advantage=normalize)(td)
+    out = PPOLoss(policy, clip_epsilon=eps, normalize_advantage=normalize)(td)
     a = adv_list
     if normalize:
         mean = sum(a) / B
@@ -238,7 +247,7 @@ def test_ppo_clipped_objective_by_hand(normalize):
 def test_td3_noise_scale_is_the_target_noise_std():
     """A small std against a wide clip: most of the noise is unclipped, so its scale shows."""
     n, gamma, sigma, clip = 64, 0.9, 0.1, 0.5
-    loss = make_td3_loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
+    loss = TD3Loss(actor_twin_q(CONT, hidden=[16], head="deterministic"), gamma=gamma,
                          target_noise=sigma, noise_clip=clip)
     g = torch.Generator().manual_seed(9)
     td = TensorDict({"observation": torch.randn(n, 3, generator=g),
@@ -252,12 +261,12 @@ def test_td3_noise_scale_is_the_target_noise_std():
     nxt = td["next", "observation"]
     with torch.no_grad():
         y = gamma * loss.target_critic(nxt, (loss.target_actor.act(nxt) + noise).clamp(-1, 1)).min(0).values
-        q = loss.models.critic(td["observation"], td["action"])
+        q = loss.policy.critic(td["observation"], td["action"])
     assert out["loss_critic"].item() == pytest.approx(((q - y) ** 2).mean(-1).sum().item(), rel=1e-5)
 
 
 def test_ddpg_draws_nothing_from_the_global_rng():
-    loss = make_ddpg_loss(actor_twin_q(CONT, hidden=[8], head="deterministic", num_q=1))
+    loss = DDPGLoss(actor_twin_q(CONT, hidden=[8], head="deterministic", num_q=1), gamma=0.99)
     before = torch.get_rng_state()
     loss(transitions())
     assert torch.equal(torch.get_rng_state(), before)
@@ -268,17 +277,17 @@ def test_advantage_normalisation_needs_two_samples(n):
     """One sample has no std (left as is); two are normalised to -1/sqrt(2), +1/sqrt(2)."""
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
     torch.manual_seed(0)
-    models = actor_critic(spec, hidden=[8])
+    policy = actor_critic(spec, hidden=[8])
     obs, action = torch.randn(n, 4), torch.randint(2, (n,))
     adv = torch.tensor([3.0, 5.0][:n])
     with torch.no_grad():
-        logp = models.actor.dist(obs).log_prob(action)
+        logp = policy.actor.dist(obs).log_prob(action)
     td = TensorDict({"observation": obs, "action": action, "advantage": adv, "sample_log_prob": logp,
                      "value_target": torch.zeros(n)}, [n])
     normed = adv if n == 1 else torch.tensor([-1.0, 1.0]) / math.sqrt(2)
-    a2c = make_a2c_loss(models, normalize_advantage=True)(td)["loss_objective"]
+    a2c = A2CLoss(policy, normalize_advantage=True)(td)["loss_objective"]
     torch.testing.assert_close(a2c, -(logp * normed).mean())
-    ppo = PPOLoss(models, normalize_advantage=True)(td)["loss_objective"]  # ratio 1
+    ppo = PPOLoss(policy, normalize_advantage=True)(td)["loss_objective"]  # ratio 1
     torch.testing.assert_close(ppo, -normed.mean())
 
 
@@ -289,29 +298,29 @@ def test_output_keys_and_param_groups_are_the_logged_and_configured_names():
                           "advantage": torch.randn(B), "value_target": torch.randn(B),
                           "sample_log_prob": torch.zeros(B)}, [B])
     ac = actor_critic(disc, hidden=[8])
-    assert set(make_a2c_loss(ac)(td_disc)) == {"loss_objective", "loss_critic", "loss_entropy", "entropy"}
+    assert set(A2CLoss(ac)(td_disc)) == {"loss_objective", "loss_critic", "loss_entropy", "entropy"}
     assert set(PPOLoss(ac)(td_disc)) == {"loss_objective", "loss_critic", "loss_entropy", "entropy",
                                          "approx_kl", "clip_fraction"}
-    assert make_a2c_loss(ac).param_groups().keys() == {"all"}
+    assert A2CLoss(ac).param_groups().keys() == {"all"}
     q = qnet(EnvSpec((3,), np.dtype(np.float32), True, 2), hidden=[8])
-    dqn = make_dqn_loss(q)
+    dqn = DQNLoss(q, gamma=0.99)
     td = transitions()
     td["action"] = torch.randint(2, (B,))
     assert set(dqn(td)) == {"loss_critic", "q_value", "td_error"}
     assert dqn.param_groups() == {"critic": list(q.critic.parameters())}
-    td3 = make_td3_loss(actor_twin_q(CONT, hidden=[8], head="deterministic"), policy_delay=1)
+    td3 = TD3Loss(actor_twin_q(CONT, hidden=[8], head="deterministic"), gamma=0.99, policy_delay=1)
     assert set(td3(transitions())) == {"loss_critic", "q_value", "td_error", "loss_actor"}
     groups = td3.param_groups()
-    assert groups == {"actor": list(td3.models.actor.parameters()),
-                      "critic": list(td3.models.critic.parameters())}
+    assert groups == {"actor": list(td3.policy.actor.parameters()),
+                      "critic": list(td3.policy.critic.parameters())}
 
 
 def test_sac_learned_temperature_is_its_own_group_and_moves():
-    from rlrun.algos.sac import make_sac_loss
+    from rlrun.algos.sac import SACLoss
     from rlrun.trainer.optim import OptimizerStep
 
     spec = EnvSpec((3,), np.dtype(np.float32), False, 2)
-    loss = make_sac_loss(actor_twin_q(spec, hidden=[8]), spec)
+    loss = SACLoss(actor_twin_q(spec, hidden=[8]), spec, gamma=0.99)
     assert loss.param_groups()["alpha"] == [loss.log_alpha]
     out_keys = {"loss_critic", "loss_actor", "loss_alpha", "alpha", "entropy", "q_value", "td_error"}
     td = TensorDict({"observation": torch.randn(B, 3), "action": torch.rand(B, 2) * 2 - 1,

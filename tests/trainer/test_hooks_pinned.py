@@ -1,23 +1,29 @@
 """Hooks pinned by hand-derived values: GAE, target updates, the replay hook's priorities, LR schedule.
 
+Fakes reach the networks as the hooks do, through ``trainer.policy`` (a real ``Policy``).
+
 Expected values come from plain loops written here, never from the code under test.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.sac import SACLoss
 from rlrun.buffers.factory import make_replay_buffer
-from rlrun.modules.models import Models
-from rlrun.trainer.hooks import GAE, LinearLR, Replay, TargetUpdate
+from rlrun.envs.gym import EnvSpec
+from rlrun.policy import Policy
+from rlrun.trainer.hooks import GAE, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate
+from rlrun.trainer.loop import Trainer
 from rlrun.trainer.optim import make_optimizer
 
 # --- GAE hook ----------------------------------------------------------------------------------
@@ -70,8 +76,7 @@ def reference_gae(batch: TensorDict, w: list[float], gamma: float, lmbda: float)
 
 
 def gae_trainer(w, batches: int = 1):
-    return SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(critic=LinearV(w))),
-                           batches=batches)
+    return SimpleNamespace(policy=Policy(None, LinearV(w)), batches=batches)
 
 
 def test_gae_hook_uses_its_gamma_lambda_termination_and_truncation():
@@ -91,7 +96,7 @@ def test_gae_hook_recomputes_each_epoch_with_the_current_critic():
     trainer, hook = gae_trainer(w), GAE(gamma=0.95, lmbda=0.9)
     hook.pre_epoch(trainer, batch)
     with torch.no_grad():
-        trainer.loss.models.critic.w.copy_(torch.tensor([-1.0, 2.0]))  # as an epoch's update would
+        trainer.policy.critic.w.copy_(torch.tensor([-1.0, 2.0]))  # as an epoch's update would
     hook.pre_epoch(trainer, batch)
     adv, ret = reference_gae(batch, [-1.0, 2.0], 0.95, 0.9)
     np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
@@ -103,7 +108,7 @@ def test_gae_hook_once_per_batch_keeps_the_first_estimate_until_the_next_batch()
     trainer, hook = gae_trainer(w), GAE(gamma=0.95, lmbda=0.9, every_epoch=False)
     hook.pre_epoch(trainer, batch)
     with torch.no_grad():
-        trainer.loss.models.critic.w.copy_(torch.tensor([-1.0, 2.0]))
+        trainer.policy.critic.w.copy_(torch.tensor([-1.0, 2.0]))
     hook.pre_epoch(trainer, batch)  # second epoch of the same batch: unchanged
     adv, _ = reference_gae(batch, w, 0.95, 0.9)
     np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
@@ -114,8 +119,14 @@ def test_gae_hook_once_per_batch_keeps_the_first_estimate_until_the_next_batch()
 
 
 def test_gae_hook_defaults_are_the_papers():
-    hook = GAE()
-    assert (hook.gamma, hook.lmbda, hook.every_epoch) == (0.99, 0.95, True)
+    """lambda 0.95, recomputed every epoch; the discount is the run's one ``gamma`` (0.99 by default)."""
+    hook = GAE(gamma=0.9)
+    assert (hook.gamma, hook.lmbda, hook.every_epoch) == (0.9, 0.95, True)
+    with pytest.raises(TypeError):
+        GAE()  # no discount of its own: the builder passes the run's gamma
+    from rlrun.cli import CONF_DIR
+
+    assert OmegaConf.load(Path(CONF_DIR) / "config.yaml").gamma == 0.99
 
 
 # --- target updates ----------------------------------------------------------------------------
@@ -179,7 +190,7 @@ def replay_transitions(n: int, discrete: bool) -> TensorDict:
 def prioritized_trainer(loss, data: TensorDict, alpha, beta):
     buffer = make_replay_buffer(capacity=16, batch_size=6, sampler="prioritized", alpha=alpha, beta=beta)
     trainer = SimpleNamespace(buffer=buffer, loss=loss)
-    hook = Replay("off_policy")
+    hook = OffPolicyReplay()
     hook.process_batch(trainer, data)
     sampler = buffer._sampler
     # distinct priorities, so that the importance weights are not all one; the smallest in the
@@ -197,7 +208,7 @@ def expected_weights(sampler, index, beta):
 def test_dqn_importance_weights_and_priority_updates_end_to_end():
     gamma, eps, alpha, beta = 0.9, 1e-6, 0.7, 0.5  # not the defaults, so that both must reach the sampler
     w = [[1.0, -0.5], [0.25, 2.0]]
-    loss = DQNLoss(Models(None, TableQ(w)), gamma=gamma, double=False, loss="huber")
+    loss = DQNLoss(Policy(None, TableQ(w)), gamma=gamma, double=False, loss="huber")
     with torch.no_grad():
         loss.target_critic.w.copy_(torch.tensor([[0.5, 1.0], [-1.0, 0.75]]))  # differs from online
     data = replay_transitions(10, discrete=True)
@@ -255,8 +266,8 @@ class LinearTwinQ(nn.Module):
 
 def test_sac_importance_weights_and_priority_updates_end_to_end():
     gamma, alpha_t, eps, alpha, beta = 0.9, 0.2, 1e-6, 0.7, 0.5
-    loss = SACLoss(Models(FixedActor(), LinearTwinQ([1.0, 2.0])), action_dim=1, gamma=gamma,
-                   init_alpha=alpha_t)
+    spec = EnvSpec((2,), np.dtype(np.float32), False, 1)
+    loss = SACLoss(Policy(FixedActor(), LinearTwinQ([1.0, 2.0])), spec, gamma=gamma, init_alpha=alpha_t)
     with torch.no_grad():
         loss.target_critic.c.copy_(torch.tensor([0.5, -1.5]))  # target twins differ from online
     data = replay_transitions(10, discrete=False)
@@ -288,7 +299,7 @@ def test_replay_hook_leaves_priorities_alone_without_weights():
     buffer = make_replay_buffer(capacity=16, batch_size=4, sampler="uniform")
     calls = []
     buffer.update_priority = lambda *a: calls.append(a)
-    hook, trainer = Replay("off_policy"), SimpleNamespace(buffer=buffer)
+    hook, trainer = OffPolicyReplay(), SimpleNamespace(buffer=buffer)
     hook.process_batch(trainer, replay_transitions(8, discrete=True))
     sub = hook.process_optim_batch(trainer, None)
     hook.post_loss(trainer, sub, {"td_error": torch.ones(4)})
@@ -297,7 +308,7 @@ def test_replay_hook_leaves_priorities_alone_without_weights():
 
 def test_on_policy_replay_refills_with_the_epoch_batch():
     buffer = make_replay_buffer(capacity=8, batch_size=4, sampler="without_replacement")
-    hook, trainer = Replay("on_policy"), SimpleNamespace(buffer=buffer)
+    hook, trainer = OnPolicyMinibatches(), SimpleNamespace(buffer=buffer)
     first = TensorDict({"x": torch.arange(8.0)}, [8])
     assert hook.process_batch(trainer, first) is first and len(buffer) == 0  # nothing until an epoch
     hook.pre_epoch(trainer, first)
@@ -313,11 +324,13 @@ def test_on_policy_replay_refills_with_the_epoch_batch():
 def test_linear_lr_hook_anneals_with_frames_over_total_frames():
     params = {"actor": [nn.Parameter(torch.zeros(1))], "critic": [nn.Parameter(torch.zeros(1))]}
     opt = make_optimizer(params, lr=1e-3, lr_schedule="linear", groups={"critic": {"lr": 4e-3}})
-    trainer = SimpleNamespace(optimizer=opt, frames=300, collector=SimpleNamespace(total_frames=1200))
+    # a real Trainer: the hook anneals with its progress, frames / total_frames
+    collector = SimpleNamespace(frames=300, total_frames=1200)
+    trainer = Trainer(collector, None, opt, {})
     LinearLR().post_steps(trainer)
     assert opt.optimizers["actor"].param_groups[0]["lr"] == pytest.approx(1e-3 * 0.75)
     assert opt.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(4e-3 * 0.75)
-    trainer.frames = 1200
+    collector.frames = 1200
     LinearLR().post_steps(trainer)
     assert opt.optimizers["actor"].param_groups[0]["lr"] == 0.0
 
@@ -328,8 +341,14 @@ def test_linear_lr_hook_anneals_with_frames_over_total_frames():
 class TwoFacedActor:
     """``act`` (deterministic) picks action 1 (reward +(step + 1)); every exploring path picks 0."""
 
+    head = "categorical"
+    explore_keys = ("action",)
+
     def act(self, obs):
         return torch.ones(obs.shape[0], dtype=torch.long)
+
+    def explore(self, obs):
+        return {"action": torch.zeros(obs.shape[0], dtype=torch.long)}
 
     def __call__(self, obs):
         return {"action": torch.zeros(obs.shape[0], dtype=torch.long)}
@@ -341,6 +360,14 @@ class TwoFacedActor:
         raise AssertionError("evaluation must not build the exploring distribution")
 
 
+def two_faced_policy() -> Policy:
+    """A ``Policy`` whose ``act`` picks 1 and whose exploring paths (the actor's own and an
+    exploration component's, as epsilon-greedy would be) pick 0."""
+    policy = Policy(TwoFacedActor())
+    policy.exploration = lambda obs: {"action": torch.zeros(obs.shape[0], dtype=torch.long)}
+    return policy
+
+
 @pytest.mark.parametrize(("episodes", "returns"), [(2, [3.0, 15.0]), (4, [3.0, 3.0, 15.0, 15.0])])
 def test_evaluation_uses_the_deterministic_act_raw_rewards_and_per_env_quotas(
         make_counter_env, episodes, returns):
@@ -350,8 +377,8 @@ def test_evaluation_uses_the_deterministic_act_raw_rewards_and_per_env_quotas(
     # The first episodes to end would be 3, 3, 15, 3: each sub-env's quota must hold.
     env = make_counter_env(num_envs=2, terminate_at=[2, 5])
     logged, seen = [], []
-    trainer = SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(actor=TwoFacedActor())),
-                              log=logged.append, call_hooks=lambda point, m: seen.append((point, m)))
+    trainer = SimpleNamespace(policy=two_faced_policy(), log=logged.append,
+                              call_hooks=lambda point, m: seen.append((point, m)))
     evaluation = Evaluation(Evaluator(env, episodes, seed=10), interval_frames=0)
     for _ in range(2):  # every evaluation resets with the same seed: the same result
         result = evaluation.run(trainer)
@@ -369,7 +396,7 @@ def test_observation_stats_update_after_the_optimisation_from_the_batch():
     from rlrun.trainer.hooks import ObservationStats
 
     norm = ObservationNormalizer((2,))
-    trainer = SimpleNamespace(loss=SimpleNamespace(models=SimpleNamespace(normalizer=norm)))
+    trainer = SimpleNamespace(policy=Policy(None, None, norm))
     hook = ObservationStats()
     obs = torch.tensor([[[1.0, 10.0], [3.0, 20.0]], [[5.0, 30.0], [7.0, 40.0]]])  # [envs, T, dim]
     hook.process_batch(trainer, TensorDict({"observation": obs}, [2, 2]))
@@ -403,8 +430,7 @@ class ConstantEvaluator:
 class EvalTrainer(SimpleNamespace):
     def __init__(self, frames: int, total: int):
         super().__init__(frames=frames, collector=SimpleNamespace(total_frames=total),
-                         loss=SimpleNamespace(models=SimpleNamespace(actor=TwoFacedActor())),
-                         stops=[], logged=[])
+                         policy=two_faced_policy(), stops=[], logged=[], diverged=None)
 
     def log(self, metrics):
         self.logged.append(metrics)
@@ -444,12 +470,26 @@ def test_evaluation_every_batch_with_interval_one_and_schedule_state():
     assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
 
 
-def test_unknown_replay_mode_is_a_config_error_naming_the_key():
+@pytest.mark.parametrize(("on_policy", "kind"), [(True, OnPolicyMinibatches), (False, OffPolicyReplay)])
+def test_the_buffer_hook_follows_the_losss_on_policy_declaration(on_policy, kind):
+    """No replay mode to get wrong: the loss's declaration picks the hook, which stores what it reads."""
+    from rlrun.trainer.builtins import learning_hooks
+
+    loss = SimpleNamespace(on_policy=on_policy, reads=("observation", "action", "advantage"),
+                           parameters=lambda: [])
+    hook, _ = learning_hooks(loss)["buffer"]
+    assert type(hook) is kind and hook.stores == loss.reads
+
+
+def test_an_on_policy_loss_with_a_replay_buffer_is_a_config_error_naming_the_key():
+    from rlrun.build import _buffer_config
     from rlrun.errors import ConfigError
 
+    cfg = OmegaConf.create({"buffer": {"name": "replay", "sampler": "uniform", "capacity": 1000,
+                                       "batch_size": 32}, "collector": {"frames_per_batch": 64}})
     with pytest.raises(ConfigError) as err:
-        Replay("sometimes")
-    assert err.value.key == "hooks.replay.mode" and "sometimes" in str(err.value)
+        _buffer_config(cfg, SimpleNamespace(on_policy=True))
+    assert err.value.key == "buffer" and "replay" in str(err.value)
 
 
 # --- training statistics: per-batch averages of the losses, episode returns, fps --------------
