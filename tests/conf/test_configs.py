@@ -115,3 +115,10 @@ def _plain(value):
     if value == {}:  # YAML's {} keeps the node writable from the command line; None means the same
         return None
     return list(value) if isinstance(value, tuple) else value
+
+
+def test_the_run_discount_defaults_to_the_papers_099():
+    """One ``gamma`` for every algorithm; GAE and the losses get it from here."""
+    assert OmegaConf.load(CONF_DIR / "config.yaml").gamma == 0.99
+    assert composed("algo=ppo", "env=cartpole").gamma == 0.98  # tuned/ppo_cartpole.yaml
+    assert composed("algo=sac", "env=pendulum").gamma == 0.99
