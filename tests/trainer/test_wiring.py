@@ -85,3 +85,18 @@ def test_after_declarations_are_respected():
             pass
 
     assert plan({"late": Late(), "stats": Stats()}, COLLECTED)["post_steps_log"] == ["stats", "late"]
+
+
+def test_describe_lists_each_points_hooks_with_keys_and_origin():
+    from rlrun.trainer.wiring import describe
+
+    hooks = {"buffer": OnPolicyMinibatches(("advantage",)), "gae": GAE(0.99)}
+    order = plan(hooks, COLLECTED)
+    text = describe(order, hooks, {"buffer": "built in", "gae": "config: hooks.gae"})
+    lines = text.splitlines()
+    pre = lines.index("pre_epoch:")
+    assert lines[pre + 1].split()[:2] == ["gae", "GAE"] and "[config: hooks.gae]" in lines[pre + 1]
+    assert "writes advantage, value_target" in lines[pre + 1]
+    assert lines[pre + 2].split()[0] == "buffer" and "reads advantage" in lines[pre + 2]
+    assert "post_steps:" not in lines  # points no hook implements are left out
+    assert lines.index("process_optim_batch:") > pre
