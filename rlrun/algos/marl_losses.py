@@ -21,6 +21,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.algos.ppo import clipped_surrogate
 from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
 from rlrun.modules.networks import polyak_update, target_copy
@@ -61,26 +62,19 @@ class MultiAgentPPOLoss(nn.Module):
         return self.critic(obs.float()).squeeze(-1)
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        obs, adv = td[AGENTS, "observation"], td[AGENTS, "advantage"]
+        obs = td[AGENTS, "observation"]
         dist = self.actor.dist(obs)
-        log_ratio = dist.log_prob(td[AGENTS, "action"]) - td[AGENTS, "sample_log_prob"]
-        ratio = log_ratio.exp()
-        if self.normalize_advantage and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        clipped = ratio.clamp(1 - self.clip_epsilon, 1 + self.clip_epsilon)
-        loss_objective = -torch.min(ratio * adv, clipped * adv).mean()
+        out = clipped_surrogate(dist.log_prob(td[AGENTS, "action"]) - td[AGENTS, "sample_log_prob"],
+                                td[AGENTS, "advantage"], self.clip_epsilon, self.normalize_advantage)
         entropy = dist.entropy().mean()
         value_error = 0.5 * (self.value(obs) - td[AGENTS, "value_target"]).pow(2).mean()
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()
-            clip_fraction = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
         return {
-            "loss_objective": loss_objective,
+            "loss_objective": out["loss_objective"],
             "loss_critic": self.critic_coef * value_error,
             "loss_entropy": -self.entropy_coef * entropy,
             "entropy": entropy.detach(),
-            "approx_kl": approx_kl,
-            "clip_fraction": clip_fraction,
+            "approx_kl": out["approx_kl"],
+            "clip_fraction": out["clip_fraction"],
         }
 
 

@@ -50,30 +50,41 @@ class PPOLoss(Loss):
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
         actor, critic = self.policy.actor, self.policy.critic
-        obs, adv = td["observation"], td["advantage"]
+        obs = td["observation"]
         dist = actor.dist(obs)
-        log_prob = dist.log_prob(td["action"])
-        log_ratio = log_prob - td["sample_log_prob"]
-        ratio = log_ratio.exp()
-        if self.normalize_advantage and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        clipped = ratio.clamp(1 - self.clip_epsilon, 1 + self.clip_epsilon)
-        loss_objective = -torch.min(ratio * adv, clipped * adv).mean()
+        out = clipped_surrogate(dist.log_prob(td["action"]) - td["sample_log_prob"], td["advantage"],
+                                self.clip_epsilon, self.normalize_advantage)
         entropy = dist.entropy().mean()
         value = critic(obs)
         if self.critic_loss == "l2":
             value_error = 0.5 * (value - td["value_target"]).pow(2).mean()
         else:
             value_error = nn.functional.smooth_l1_loss(value, td["value_target"])
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()  # Schulman's low-variance estimator
-            clip_fraction = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
         return {
-            "loss_objective": loss_objective,
+            "loss_objective": out["loss_objective"],
             "loss_critic": self.critic_coef * value_error,
             "loss_entropy": -self.entropy_coef * entropy,
             "entropy": entropy.detach(),
-            "approx_kl": approx_kl,
-            "clip_fraction": clip_fraction,
+            "approx_kl": out["approx_kl"],
+            "clip_fraction": out["clip_fraction"],
         }
+
+
+def clipped_surrogate(log_ratio: Tensor, adv: Tensor, clip_epsilon: float,
+                      normalize_advantage: bool) -> dict[str, Tensor]:
+    """PPO's clipped surrogate ``-E[min(r A, clip(r, 1 - eps, 1 + eps) A)]`` over any batch shape.
+
+    Shared by the single-agent loss and the multi-agent one (an agent dim is one more batch dim).
+    Returns ``loss_objective`` and the diagnostics ``approx_kl`` (Schulman's low-variance
+    estimator) and ``clip_fraction``.
+    """
+    ratio = log_ratio.exp()
+    if normalize_advantage and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon)
+    loss_objective = -torch.min(ratio * adv, clipped * adv).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip_epsilon).float().mean()
+    return {"loss_objective": loss_objective, "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
