@@ -17,7 +17,7 @@ components declare (``Loss.on_policy``, ``Loss.action_spaces``,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ class Run:
     epochs_per_batch: int
     optim_steps_per_epoch: int
     learning_starts: int
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
         self.env.close()
@@ -88,21 +87,18 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     buffer_cfg = _buffer_config(cfg, loss)
     buffer = build("buffer", buffer_cfg, seed=cfg.seed, device=str(device), run_dir=run_dir)
 
-    wired = learning_hooks(loss)
-    for name, node in (cfg.get("hooks") or {}).items():
-        if node:
-            if name in wired:
-                raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
-                                  fix=f"rename it, e.g. hooks.my_{name}")
-            hook = build("hook", node, key=f"hooks.{name}", gamma=cfg.gamma, loss=loss, policy=policy)
-            wired[name] = (hook, f"config: hooks.{name}")
+    configured = {name: (build("hook", node, key=f"hooks.{name}", gamma=cfg.gamma, loss=loss,
+                               policy=policy), f"config: hooks.{name}")
+                  for name, node in (cfg.get("hooks") or {}).items() if node}
     eval_env = build("env", {**OmegaConf.to_container(cfg.env, resolve=True),
                              "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}, key="env")
-    for name, entry in reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir).items():
-        if name in wired:
-            raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
-                              fix=f"rename it, e.g. hooks.my_{name}")
-        wired[name] = entry
+    learning = learning_hooks(loss)
+    reporting = reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir)
+    for name in sorted(configured.keys() & (learning.keys() | reporting.keys())):
+        raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
+                          fix=f"rename it, e.g. hooks.my_{name}")
+    # built-in learning hooks, then the config's, then reporting: the tie-break of the declared order
+    wired = {**learning, **configured, **reporting}
     hooks = {name: hook for name, (hook, _) in wired.items()}
     origins = {name: origin for name, (_, origin) in wired.items()}
     if loss.has_targets and not any(isinstance(h, TargetUpdate) for h in hooks.values()):

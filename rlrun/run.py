@@ -123,7 +123,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
-    write_tracking(run_dir, {"run_id": logger.run_id, "config": _config_hash(cfg)})
+    write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(cfg)})
     config_file = run_dir / "config.yaml"
     config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if resume["run_id"] is None:
@@ -215,7 +215,7 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     new = flatten(OmegaConf.to_container(cfg, resolve=True))
     if state is None:
         known = read_tracking(run_dir)
-        if cfg.resume not in (False, "false", "never") and known.get("config") == _config_hash(cfg):
+        if cfg.resume not in (False, "false", "never") and known.get("config") == _exact_config_hash(cfg):
             plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
             plan["continues"] = plan["run_id"] is not None
         return plan
@@ -237,7 +237,9 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     return plan
 
 
-def _config_hash(cfg: DictConfig) -> str:
+def _exact_config_hash(cfg: DictConfig) -> str:
+    """Every key, seed included: re-attaching a killed run needs the very same config
+    (``rlrun.confighash`` leaves out the seed and logging keys, to group runs for reports)."""
     text = OmegaConf.to_yaml(cfg, resolve=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

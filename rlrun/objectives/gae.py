@@ -18,24 +18,17 @@ a torch loop over time.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-_kernel: Callable | None = None
+from rlrun.objectives._kernels import numba_kernel
 
 
 def _numba_kernel() -> Callable | None:
-    """The compiled kernel (imported on first use; None without numba)."""
-    global _kernel
-    if _kernel is None and importlib.util.find_spec("numba") is not None:
-        from rlrun.objectives._gae_kernel import gae_kernel
-
-        _kernel = gae_kernel
-    return _kernel
+    return numba_kernel("_gae_kernel", "gae_kernel")
 
 
 def warm_up() -> None:

@@ -13,25 +13,18 @@ Per-agent flags, other devices and ``backend="torch"`` take the copying path.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from rlrun.objectives._kernels import numba_kernel
 from rlrun.objectives.gae import gae
-
-_kernel: Callable | None = None
 
 
 def _numba_kernel() -> Callable | None:
-    global _kernel
-    if _kernel is None and importlib.util.find_spec("numba") is not None:
-        from rlrun.objectives._multiagent_gae_kernel import multiagent_gae_kernel
-
-        _kernel = multiagent_gae_kernel
-    return _kernel
+    return numba_kernel("_multiagent_gae_kernel", "multiagent_gae_kernel")
 
 
 def _rows(x: Tensor, shape: tuple[int, ...]) -> np.ndarray:

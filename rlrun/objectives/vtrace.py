@@ -21,23 +21,17 @@ loop; on 1000 x 1000 steps 60 ms against 86 ms (float64 whole-tensor ops dominat
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-_kernel: Callable | None = None
+from rlrun.objectives._kernels import numba_kernel
 
 
 def _numba_kernel() -> Callable | None:
-    global _kernel
-    if _kernel is None and importlib.util.find_spec("numba") is not None:
-        from rlrun.objectives._vtrace_kernel import reverse_recurrence
-
-        _kernel = reverse_recurrence
-    return _kernel
+    return numba_kernel("_vtrace_kernel", "reverse_recurrence")
 
 
 def _recurrence_numba(kernel: Callable, delta: Tensor, coef: Tensor) -> Tensor:

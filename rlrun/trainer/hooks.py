@@ -71,52 +71,51 @@ class Hook:
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class OnPolicyMinibatches(Hook):
-    """On-policy learning from the batch just collected (wired when the loss declares ``on_policy``).
-
-    Each epoch refills the buffer with the (re-estimated) batch, whose minibatches
-    are then drawn without replacement, so that every epoch visits each frame once.
+class _BufferHook(Hook):
+    """Stores batches in ``trainer.buffer`` and serves optimisation batches from it.
 
     Args:
         stores: The keys the loss reads: they must be in the batch when it is stored.
     """
 
+    store_point: ClassVar[str]
+
     def __init__(self, stores: tuple[str, ...] = ()):
         self.stores = tuple(stores)
 
     def io(self) -> IO:
-        return {"pre_epoch": (self.stores, ())}
+        return {self.store_point: (self.stores, ())}
+
+    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        return trainer.buffer.sample()
+
+
+class OnPolicyMinibatches(_BufferHook):
+    """On-policy learning from the batch just collected (wired when the loss declares ``on_policy``).
+
+    Each epoch refills the buffer with the (re-estimated) batch, whose minibatches
+    are then drawn without replacement, so that every epoch visits each frame once.
+    """
+
+    store_point = "pre_epoch"
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         trainer.buffer.empty()
         trainer.buffer.extend(batch.reshape(-1))
 
-    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
-        return trainer.buffer.sample()
 
-
-class OffPolicyReplay(Hook):
+class OffPolicyReplay(_BufferHook):
     """Off-policy learning from a replay buffer (wired when the loss is not ``on_policy``).
 
     Each collected batch is appended; optimisation batches are sampled from all
     stored data, and a prioritized buffer gets the loss's ``td_error`` back.
-
-    Args:
-        stores: The keys the loss reads: they must be in the batch when it is stored.
     """
 
-    def __init__(self, stores: tuple[str, ...] = ()):
-        self.stores = tuple(stores)
-
-    def io(self) -> IO:
-        return {"process_batch": (self.stores, ())}
+    store_point = "process_batch"
 
     def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
         trainer.buffer.extend(batch.reshape(-1))
         return batch
-
-    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
-        return trainer.buffer.sample()
 
     def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None:
         if "td_error" in losses and "priority_weight" in sub.keys():

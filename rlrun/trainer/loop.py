@@ -70,9 +70,7 @@ class Trainer:
         self.diverged: str | None = None  # what went non-finite, where (set by the divergence check)
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
-        self.order = plan(hooks, provided if provided is not None else _everything(),
-                          getattr(loss, "reads", ()) if provided is not None else (),
-                          f"the loss {type(loss).__name__}")
+        self.order = plan(hooks, provided, getattr(loss, "reads", ()), f"the loss {type(loss).__name__}")
         self._points = {p: [getattr(hooks[n], p) for n in self.order[p]] for p in HOOK_POINTS}
         self._push_weights = getattr(collector, "update_policy_weights", None)
 
@@ -150,13 +148,3 @@ class Trainer:
             batch = fn(self, batch)
         return batch
 
-
-class _Everything(set):
-    """Stands for "every key is provided": hooks are ordered, not checked."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-
-def _everything() -> set[str]:
-    return _Everything()

@@ -29,13 +29,14 @@ def implements(hook: Hook, point: str) -> bool:
     return getattr(type(hook), point) is not getattr(Hook, point)
 
 
-def plan(hooks: Mapping[str, Hook], provided: Iterable[str],
+def plan(hooks: Mapping[str, Hook], provided: Iterable[str] | None,
          loss_reads: Iterable[str] = (), loss_name: str = "the loss") -> dict[str, list[str]]:
     """The hooks of every point in run order, checked against their declared keys.
 
     Args:
         hooks: Named hooks in config order.
-        provided: Keys every batch holds before any hook runs (the collector's).
+        provided: Keys every batch holds before any hook runs (the collector's); None: the
+            hooks are ordered but no key is checked (components that declare nothing).
         loss_reads: Keys the loss reads from its samples.
         loss_name: How to name the loss in errors.
 
@@ -51,7 +52,8 @@ def plan(hooks: Mapping[str, Hook], provided: Iterable[str],
         for name in hooks:
             for key in io[name].get(point, ((), ()))[1]:
                 first_writer.setdefault(key, (name, point))
-    available = set(provided)
+    check = provided is not None
+    available = set(provided or ())
     order: dict[str, list[str]] = {}
     for point in HOOK_POINTS:
         names = [n for n, h in hooks.items() if implements(h, point) or point in io[n]]
@@ -59,10 +61,10 @@ def plan(hooks: Mapping[str, Hook], provided: Iterable[str],
         for name in order[point]:
             reads, writes = io[name].get(point, ((), ()))
             for key in reads:
-                if key not in available:
+                if check and key not in available:
                     _missing(key, f"hooks.{name}", f"hook {name!r}", point, first_writer)
             available.update(writes)
-        if point == "process_optim_batch":
+        if check and point == "process_optim_batch":
             for key in loss_reads:
                 if key not in available:
                     _missing(key, "loss", loss_name, point, first_writer)

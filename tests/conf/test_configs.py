@@ -6,12 +6,11 @@ import itertools
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from rlrun.build import build_run
-from rlrun.cli import CONF_DIR, config_groups, register_resolvers
+from rlrun.cli import CONF_DIR, config_groups
+from rlrun.explain import compose_config
 from rlrun.registry import check_kwargs, lookup
 from rlrun.run import validate
 from rlrun.trainer.loop import Trainer
@@ -33,14 +32,7 @@ def split_tuned(option: str) -> tuple[str, str]:
 
 
 def composed(*overrides: str):
-    register_resolvers()
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)  # so ${hydra:...} interpolations resolve
-    with open_dict(cfg):
-        del cfg["hydra"]
-    OmegaConf.resolve(cfg)
-    return cfg
+    return compose_config(list(overrides))  # as `rlrun explain` composes
 
 
 @pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
