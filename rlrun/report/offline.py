@@ -109,22 +109,30 @@ def terminal(report: Report) -> str:
 
 
 def markdown(report: Report) -> str:
-    """Markdown: the paper's layout in D4RL scores (ours / paper), then one row per cell."""
-    out = [f"# {report.name}: {report.caption}", "",
-           "D4RL-normalised scores, ours / paper (mean ± std over seeds); *missing*: no run yet.", "",
-           "| | " + " | ".join(report.cols or []) + " |", "|---" * (len(report.cols or []) + 1) + "|"]
-    for algo in report.rows or []:
-        line = []
-        for env in report.cols or []:
-            cell = report.cell(algo, env)
-            s = cell_scores(cell) if cell is not None else Scores()
-            ours = "*missing*" if cell is None or cell.missing else _score(s.mean, s.std)
-            line.append(f"{ours} / {_score(s.paper_mean, s.paper_std)}" if cell is not None else "")
-        out.append(f"| **{algo}** | " + " | ".join(line) + " |")
+    """Markdown: the paper's layout in returns, then in D4RL scores (ours / paper), then one row per cell."""
+    cols = report.cols or []
+    out = [f"# {report.name}: {report.caption}", ""]
+    for title, text in (("Returns", _returns_text), ("D4RL-normalised scores", _scores_text)):
+        out += [f"{title}, ours / paper (mean ± std over seeds); *missing*: no run yet.", "",
+                "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for algo in report.rows or []:
+            cells = [report.cell(algo, env) for env in cols]
+            out.append(f"| **{algo}** | " + " | ".join("" if c is None else text(c) for c in cells) + " |")
+        out.append("")
     header = [*report.keys, *HEADERS]
-    out += ["", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    out += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     out += ["| " + " | ".join([*c.key, *columns(c)]).replace("|", "\\|") + " |" for c in report.cells]
     return "\n".join([*out, "", *(f"- {n}" for n in legend(report))]) + "\n"
+
+
+def _returns_text(cell: Cell) -> str:
+    ours = "*missing*" if cell.missing else render.mean_pm(cell.mean, cell.std)
+    return f"{ours} / {render.mean_pm(cell.paper_mean, cell.paper_std)}"
+
+
+def _scores_text(cell: Cell) -> str:
+    s = cell_scores(cell)
+    return f"{'*missing*' if cell.missing else _score(s.mean, s.std)} / {_score(s.paper_mean, s.paper_std)}"
 
 
 def to_frame(report: Report) -> pd.DataFrame:
