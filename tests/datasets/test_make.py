@@ -109,3 +109,21 @@ def test_bad_input_is_one_message_and_exit_2(args, key, capsys, tmp_path):
 def test_list_of_an_empty_root_says_how_to_make_one(tmp_path, capsys):
     assert main(["dataset", "list", f"root={tmp_path}"]) == 0
     assert "rlrun dataset make env=pendulum kind=medium-replay" in capsys.readouterr().out
+
+
+def test_rollout_episodes_share_out_whole_episodes_with_their_final_observation():
+    from fake_env import COUNTER_BOX_ID
+
+    from rlrun.datasets.make import rollout_episodes
+
+    def policy(obs):
+        return np.full((len(obs), 1), 0.5, np.float32)
+
+    # CounterBox terminates at step 5: every episode is 5 steps; sub-env 0 (seed 3) runs 3, sub-env 1 two
+    eps = rollout_episodes(policy, COUNTER_BOX_ID, episodes=5, seed=3, num_envs=2)
+    assert [int(e.observations[0, 1]) for e in eps] == [3, 3, 3, 4, 4]
+    assert [int(e.observations[0, 2]) for e in eps] == [0, 1, 2, 0, 1]  # episode counters: none skipped
+    for e in eps:
+        assert e.observations[:, 0].tolist() == [0, 1, 2, 3, 4, 5]  # the final observation included
+        assert e.rewards.tolist() == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.5])
+        assert e.terminations.tolist() == [False] * 4 + [True] and not e.truncations.any()
