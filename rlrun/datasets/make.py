@@ -29,16 +29,18 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
-import torch
-from omegaconf import OmegaConf
 
-from rlrun.datasets.minari_format import Episode, episodes_from_transitions, write_dataset
 from rlrun.datasets.scores import D4RL_REFERENCE
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlrun.datasets.minari_format import Episode
+# torch, gymnasium and h5py are imported where data is handled, so bad input fails fast
 
 KINDS = ("medium-replay", "medium", "expert")
 
@@ -177,6 +179,10 @@ def buffer_episodes(buffer_state: dict[str, Any], capacity: int, action_map: Any
         capacity: The buffer's capacity (to undo a wrap of the ring).
         action_map: Maps the policy's [-1, 1] actions to the env's (``rlrun.use.ActionMap``).
     """
+    import torch
+
+    from rlrun.datasets.minari_format import episodes_from_transitions
+
     storage = buffer_state["storage"]
     if storage.get("data") is None:
         raise ConfigError("the SAC run's checkpoint holds no replay buffer", key="checkpoint.buffer",
@@ -216,6 +222,10 @@ def rollout_episodes(policy: Any, env_id: str, episodes: int, seed: int, num_env
     Each of ``num_envs`` sub-envs runs its share of episodes; steps past a
     sub-env's share are discarded, so that short episodes are not favoured.
     """
+    import gymnasium as gym
+
+    from rlrun.datasets.minari_format import episodes_from_transitions
+
     n = max(1, min(num_envs, episodes))
     quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * n,
@@ -310,7 +320,11 @@ def make(args: list[str]) -> Path:
         print(f"[rlrun] dataset: warning: SAC stopped at {summary['frames']} frames with eval return "
               f"{reached}, below the medium threshold {threshold} (raise total_frames=)", file=sys.stderr)
 
+    import gymnasium as gym
+    from omegaconf import OmegaConf
+
     from rlrun import checkpoint
+    from rlrun.datasets.minari_format import write_dataset
     from rlrun.use import load
 
     policy = load(run_dir, deterministic=False)

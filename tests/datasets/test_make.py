@@ -127,3 +127,15 @@ def test_rollout_episodes_share_out_whole_episodes_with_their_final_observation(
         assert e.observations[:, 0].tolist() == [0, 1, 2, 3, 4, 5]  # the final observation included
         assert e.rewards.tolist() == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.5])
         assert e.terminations.tolist() == [False] * 4 + [True] and not e.truncations.any()
+
+
+def test_bad_input_fails_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    check = ("import sys\nfrom rlrun.cli import main\n"
+             "code = main(['dataset', 'make', 'env=cartpole', 'kind=medium-replay'])\n"
+             "print(code, [m for m in ('gymnasium', 'torch', 'h5py') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "2 []", done.stdout + done.stderr
