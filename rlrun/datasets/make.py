@@ -143,8 +143,9 @@ def train_sac(env: str, run_dir: Path, seed: int, threshold: float | None, overr
         return done
     args = [sys.executable, "-m", "rlrun.cli", "algo=sac", f"env={env}", f"seed={seed}",
             *(recipe(env).sac if threshold is not None else recipe(env).expert_sac),
-            *([f"eval.target_return={threshold}"] if threshold is not None else []),
-            "checkpoint.buffer=true", "logger=csv", *overrides, f"hydra.run.dir={run_dir}"]
+            # the medium run's buffer is the medium-replay dataset: always in its checkpoints
+            *([f"eval.target_return={threshold}", "checkpoint.buffer=true"] if threshold is not None else []),
+            "logger=csv", *overrides, f"hydra.run.dir={run_dir}"]
     print(f"[rlrun] dataset: training {' '.join(args[3:])}", file=sys.stderr)
     proc = subprocess.run(args, stdout=sys.stderr)
     if proc.returncode == 2:
