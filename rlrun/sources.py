@@ -11,6 +11,7 @@ offline run come from the dataset sampler that stands in the buffer's place
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -112,7 +113,14 @@ _TENSOR_FIELDS = ("observation", "action", "reward", "next_observation", "termin
 
 
 def load_dataset(dataset_id: str, root: str | None, spec: Any) -> OfflineData:
-    """Reads ``dataset_id`` and checks that its spaces fit the env's spec.
+    """Reads ``dataset_id``, checks that its spaces fit the env's spec, and maps its actions
+    into the policy's action space.
+
+    Datasets store actions in the env's own space (minari's convention, so that other
+    tools read them as they are); rlrun's policies act in ``[spec.action_low,
+    spec.action_high]`` (``[-1, 1]`` when the env rescales, gymnasium's
+    ``RescaleAction``), so continuous actions are mapped affinely from the dataset's
+    Box bounds to the policy's, as the env maps them back when the policy acts.
 
     Raises:
         ConfigError: No such dataset (the message lists the ones found), or its
@@ -132,6 +140,13 @@ def load_dataset(dataset_id: str, root: str | None, spec: Any) -> OfflineData:
             f"actions of size {spec.action_dim}, observations {tuple(spec.observation_shape)})",
             key="dataset", fix=f"pick the env the dataset was recorded on (env=... for {env_id}) "
             "or another dataset (`rlrun dataset list`)")
+    if not discrete:
+        low = torch.as_tensor(space.low, dtype=torch.float32)
+        high = torch.as_tensor(space.high, dtype=torch.float32)
+        if torch.isfinite(low).all() and torch.isfinite(high).all():
+            unit = (data.action - low) / (high - low)  # in [0, 1]
+            action = spec.action_low + unit * (spec.action_high - spec.action_low)
+            data = dataclasses.replace(data, action=action.clamp(spec.action_low, spec.action_high))
     return data
 
 

@@ -133,3 +133,18 @@ def test_sigterm_mid_run_then_the_same_command_ends_at_exactly_total_updates(tmp
     rows = metric_rows(run_dir)
     steps = [int(float(r["step"])) for r in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 3000  # one record, no step logged twice
+
+
+def test_dataset_actions_are_mapped_into_the_policys_action_space(data_root):
+    from rlrun.datasets.minari_format import read_dataset
+    from rlrun.envs.gym import EnvSpec
+    from rlrun.sources import load_dataset
+
+    raw = read_dataset(DATASET, data_root)  # Pendulum's torque in [-2, 2], as the env takes it
+    assert raw.action.abs().max() > 1.0
+    # the policy acts in [-1, 1] (the env rescales): a / 2
+    data = load_dataset(DATASET, data_root, EnvSpec((3,), np.float32, False, 1, -1.0, 1.0))
+    assert np.allclose(data.action.numpy(), raw.action.numpy() / 2.0, atol=1e-6)
+    # an env that does not rescale keeps the dataset's actions
+    same = load_dataset(DATASET, data_root, EnvSpec((3,), np.float32, False, 1, -2.0, 2.0))
+    assert np.allclose(same.action.numpy(), raw.action.numpy(), atol=1e-6)
