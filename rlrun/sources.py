@@ -132,7 +132,26 @@ def load_dataset(dataset_id: str, root: str | None, spec: Any) -> OfflineData:
             f"actions of size {spec.action_dim}, observations {tuple(spec.observation_shape)})",
             key="dataset", fix=f"pick the env the dataset was recorded on (env=... for {env_id}) "
             "or another dataset (`rlrun dataset list`)")
-    return data
+    return data if discrete else to_policy_actions(data, spec)
+
+
+def to_policy_actions(data: OfflineData, spec: Any) -> OfflineData:
+    """The dataset with its Box actions mapped linearly from the env's bounds to the policy's.
+
+    Datasets store actions in the env's own space (as Minari and D4RL do); rlrun's envs
+    let the policy act in ``[spec.action_low, spec.action_high]`` (``[-1, 1]`` unless
+    ``env.rescale_actions=false``), so a Pendulum torque of 2 is the policy's 1.
+    Unbounded or already matching spaces are left as they are.
+    """
+    low = torch.as_tensor(data.action_space.low, dtype=torch.float32)
+    high = torch.as_tensor(data.action_space.high, dtype=torch.float32)
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        return data
+    if bool((low == spec.action_low).all() and (high == spec.action_high).all()):
+        return data
+    scale = (spec.action_high - spec.action_low) / (high - low)
+    action = (data.action - low.to(data.action)) * scale.to(data.action) + spec.action_low
+    return OfflineData(**{**vars(data), "action": action})
 
 
 def recorded_env_id(metadata: dict) -> str:
