@@ -73,7 +73,8 @@ class PaperSection:
     env: str
     reference_mean: float
     reference_std: NonNegativeFloat
-    budget_frames: PositiveInt
+    budget_frames: PositiveInt | None = None   # online tables (Table 1)
+    budget_updates: PositiveInt | None = None  # offline tables (Table 2): gradient updates
 
 
 @dataclass

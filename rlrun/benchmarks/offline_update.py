@@ -29,7 +29,6 @@ from rlrun.benchmarks.common import interleave, median, ratio, table
 from rlrun.benchmarks.update import ACT, BATCH, OBS, POOL, _guard, _mlp, sac_batches
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.models import actor_twin_q
-from rlrun.modules.networks import ValueCritic, mlp
 from rlrun.trainer.optim import OptimizerStep
 
 EXPECTILE, BETA, MAX_WEIGHT, GAMMA, TAU = 0.7, 3.0, 100.0, 0.99, 0.005
@@ -46,10 +45,8 @@ def iql_batches(seed: int = 0) -> list[TensorDict]:
 def iql_loss() -> IQLLoss:
     """rlrun's IQL loss at HalfCheetah shapes (tanh-Normal actor, twin Q, V; 256x256 ReLU)."""
     spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
-    policy = actor_twin_q(spec)
-    value = ValueCritic(mlp(OBS, [256, 256], 1, "relu"))
-    return IQLLoss(policy.actor, policy.critic, value, gamma=GAMMA, tau=TAU, expectile=EXPECTILE,
-                   beta=BETA, max_weight=MAX_WEIGHT)
+    return IQLLoss(actor_twin_q(spec), spec, gamma=GAMMA, value_hidden=[256, 256], activation="relu",
+                   tau=TAU, expectile=EXPECTILE, beta=BETA, max_weight=MAX_WEIGHT)
 
 
 def rlrun_iql(batches: list[TensorDict], loss: IQLLoss | None = None) -> Callable[[int], None]:

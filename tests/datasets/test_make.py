@@ -139,3 +139,18 @@ def test_bad_input_fails_before_torch_is_imported(tmp_path):
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "2 []", done.stdout + done.stderr
+
+
+def test_an_offline_run_reads_the_actions_the_sac_run_took(pendulum_medium_replay):  # noqa: F811
+    """The dataset stores Pendulum's torques in [-2, 2]; the loop's loader gives the policy's [-1, 1]
+    back: exactly the actions in the SAC run's replay buffer (one env: buffer order is episode order)."""
+    from rlrun.checkpoint import load
+    from rlrun.envs.gym import EnvSpec
+    from rlrun.sources import load_dataset
+
+    made = pendulum_medium_replay
+    data = load_dataset(made.dataset_id, str(made.root), EnvSpec((3,), np.dtype(np.float32), False, 1))
+    buffer = load(made.run_dir / "checkpoint.pt")["buffer"]["storage"]["data"]
+    torch.testing.assert_close(data.action, buffer["action"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(data.observation, buffer["observation"])
+    torch.testing.assert_close(data.reward, buffer["next"]["reward"].reshape(-1))
