@@ -183,9 +183,9 @@ def _offline_source(cfg: DictConfig, env: Any, policy: Any, device: torch.device
     from rlrun.sources import DatasetSource, load_dataset, normalize_from_dataset
 
     node = OmegaConf.to_container(cfg.buffer, resolve=True) if cfg.get("buffer") is not None else {}
-    if not str(node.get("name", "")).startswith("dataset"):
+    if not (str(node.get("name", "")).startswith("dataset") or node.get("name") == "trajectory_slices"):
         raise ConfigError(f"an offline run samples its dataset, not buffer={node.get('name')}",
-                          key="buffer", fix="use buffer=dataset")
+                          key="buffer", fix="use buffer=dataset (or trajectory_slices for sequence models)")
     data = load_dataset(str(cfg.dataset), cfg.get("dataset_root"), env.spec)
     normalize_from_dataset(policy, data)
     buffer = build("buffer", node, data=data, seed=cfg.seed, device=str(device))
