@@ -94,6 +94,13 @@ class DTPolicy(Policy):
             self.model.train()
         return action
 
+    def sample_action(self, obs: Tensor, ctx: RollingContext) -> Tensor:
+        """A tanh-Normal action sampled for the newest step of each row of ``ctx`` (online DT's
+        collection; the caller records the step in ``ctx``)."""
+        inputs = ctx.observe(self.normalize(obs.float()))
+        mu, log_std = self.model(*inputs)[:, -1].chunk(2, -1)
+        return torch.tanh(mu + log_std.exp() * torch.randn_like(mu))
+
     def record(self, action: Tensor, reward: Tensor, done: Tensor) -> None:
         """Stores the step's action and reward in the context; ``done`` rows restart."""
         if self._context is not None:
