@@ -114,8 +114,15 @@ def swing_up(obs: np.ndarray) -> np.ndarray:
     return np.clip([u], -2.0, 2.0).astype(np.float32)
 
 
-def mixed_dataset(dataset_id: str, root, episodes: int = 24, max_steps: int = 100) -> None:
-    """Half random-action episodes (returns ~ -700 over 100 steps), half swing-up ones (~ -150)."""
+def hold_down(obs: np.ndarray) -> np.ndarray:
+    """PD toward the bottom: the worst steady behaviour (about -900 over 100 steps)."""
+    c, s, w = obs
+    return np.clip([-(4.0 * np.arctan2(-s, -c) + 1.0 * w)], -2.0, 2.0).astype(np.float32)
+
+
+def mixed_dataset(dataset_id: str, root, episodes: int = 30, max_steps: int = 100) -> None:
+    """A third each: random actions (returns ~ -400 to -800 over 100 steps), swing-up (~ -0 to -250)
+    and holding the pendulum down (~ -900)."""
     env = gym.make("Pendulum-v1", max_episode_steps=max_steps)
     env.action_space.seed(0)
     eps = []
@@ -124,7 +131,7 @@ def mixed_dataset(dataset_id: str, root, episodes: int = 24, max_steps: int = 10
         o, a, r, te_, tr_ = [obs], [], [], [], []
         done = False
         while not done:
-            act = swing_up(obs) if i % 2 else env.action_space.sample()
+            act = (env.action_space.sample(), swing_up(obs), hold_down(obs))[i % 3]
             obs, rew, te, tr, _ = env.step(act)
             o.append(obs), a.append(act), r.append(rew), te_.append(te), tr_.append(tr)
             done = te or tr

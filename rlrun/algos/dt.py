@@ -193,8 +193,9 @@ def trajectory_slices(data: Any, batch_size: int = 64, slice_len: int = 20, rtg_
     if not rtg_scale > 0:
         raise ConfigError(f"must be > 0, got {rtg_scale}", key="buffer.rtg_scale", fix="e.g. 1000 (MuJoCo)")
     dev = torch.device(device)
-    sampler = TrajectorySliceSampler(data.observation.to(dev), unit_actions(data).to(dev), data.reward.to(dev),
-                                     data.episode_start.to(dev), data.episode_length.to(dev), slice_len,
+    sampler = TrajectorySliceSampler(data.observation.to(dev), unit_actions(data).to(dev),
+                                     data.reward.to(dev), data.episode_start.to(dev),
+                                     data.episode_length.to(dev), slice_len,
                                      rtg_scale, seed)
     return DatasetSlices(sampler, batch_size)
 

@@ -132,7 +132,8 @@ class OnlineDTSource:
                 action = policy.sample_action(obs_t, ctx)
                 _, reward, terminated, truncated, next_obs = env.step(action.cpu().numpy())
                 done = terminated | truncated
-                ctx.record(action, torch.as_tensor(reward, device=device), torch.as_tensor(done, device=device))
+                ctx.record(action, torch.as_tensor(reward, device=device),
+                           torch.as_tensor(done, device=device))
                 observations.append(obs_t.float()), actions.append(action), rewards.append(reward)
                 self.frames += n
                 length += ~finished
@@ -184,7 +185,8 @@ def online_source(cfg: DictConfig, policy: Any, slices: DatasetSlices, data: Any
         raise ConfigError(f"must be >= 1, got {per_round}", key="online.updates_per_round", fix="e.g. 300")
     if offline < 0 or offline % per_round:
         raise ConfigError(f"offline_updates={offline} is not a multiple of updates_per_round={per_round}",
-                          key="online.offline_updates", fix=f"e.g. {max(1, offline // per_round) * per_round}")
+                          key="online.offline_updates",
+                          fix=f"e.g. {max(1, offline // per_round) * per_round}")
     if cfg.trainer.get("optim_steps_per_epoch") not in (None, per_round):
         raise ConfigError("an online DT run's rounds have online.updates_per_round updates",
                           key="trainer.optim_steps_per_epoch", fix="remove it; set online.updates_per_round")

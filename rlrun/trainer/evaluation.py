@@ -57,7 +57,8 @@ class Evaluator:
             _, reward, terminated, truncated, obs = self.env.step(action)
             if context is not None:
                 with torch.inference_mode():
-                    context.record(action_t, torch.from_numpy(reward), torch.from_numpy(terminated | truncated))
+                    context.record(action_t, torch.from_numpy(reward),
+                                   torch.from_numpy(terminated | truncated))
             active = counts < self.quota
             running += reward * active
             ended = (terminated | truncated) & active

@@ -123,7 +123,8 @@ class OptimizerStep:
 
 def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: PositiveFloat = 3e-4,
                    max_grad_norm: PositiveFloat | None = None, groups: dict | None = None,
-                   lr_schedule: Literal["constant", "linear", "warmup"] = "constant", eps: PositiveFloat = 1e-8,
+                   lr_schedule: Literal["constant", "linear", "warmup"] = "constant",
+                   eps: PositiveFloat = 1e-8,
                    weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None,
                    warmup_steps: int = 0) -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
