@@ -95,6 +95,10 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
     if offline:
         collector, buffer, buffer_cfg = _offline_source(cfg, env, policy, device)
+        if cfg.get("online"):  # online DT: offline rounds, then rounds that collect (a schedule of sources)
+            from rlrun.algos.odt import online_source
+
+            collector, buffer = online_source(cfg, policy, buffer, collector.data, device)
         eval_env = env
     else:
         if cfg.get("exploration"):
@@ -125,7 +129,8 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
                           fix="add hooks.target_update={name:target_update,interval_updates:1}")
 
     if offline:
-        steps = cfg.trainer.get("optim_steps_per_epoch") or OFFLINE_ROUND
+        steps = cfg.trainer.get("optim_steps_per_epoch") or getattr(collector, "updates_per_round",
+                                                                    OFFLINE_ROUND)
         return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, set(),
                    cfg.trainer.epochs_per_batch, steps, 0, budget)
     steps = _optim_steps(cfg, loss, buffer_cfg, cfg.collector.frames_per_batch)
@@ -183,9 +188,9 @@ def _offline_source(cfg: DictConfig, env: Any, policy: Any, device: torch.device
     from rlrun.sources import DatasetSource, load_dataset, normalize_from_dataset
 
     node = OmegaConf.to_container(cfg.buffer, resolve=True) if cfg.get("buffer") is not None else {}
-    if not str(node.get("name", "")).startswith("dataset"):
+    if not (str(node.get("name", "")).startswith("dataset") or node.get("name") == "trajectory_slices"):
         raise ConfigError(f"an offline run samples its dataset, not buffer={node.get('name')}",
-                          key="buffer", fix="use buffer=dataset")
+                          key="buffer", fix="use buffer=dataset (or trajectory_slices for sequence models)")
     data = load_dataset(str(cfg.dataset), cfg.get("dataset_root"), env.spec)
     normalize_from_dataset(policy, data)
     buffer = build("buffer", node, data=data, seed=cfg.seed, device=str(device))

@@ -78,6 +78,17 @@ class PaperSection:
 
 
 @dataclass
+class OnlineSection:
+    """Online DT's schedule (``algo=odt``): offline updates, then rounds that collect episodes."""
+
+    target_return: float                 # conditioned on when collecting (env units)
+    offline_updates: NonNegativeInt = 0  # updates on the dataset before the first collection
+    updates_per_round: PositiveInt = 300
+    capacity: PositiveInt = 1000         # episodes in the trajectory buffer
+    max_steps: PositiveInt = 100_000     # vector steps per round at most
+
+
+@dataclass
 class RunConfig:
     """The top level of a run's config (component sections are checked by their factories)."""
 
@@ -96,6 +107,7 @@ class RunConfig:
     eval: EvalSection = field(default_factory=EvalSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     paper: PaperSection | None = None
+    online: OnlineSection | None = None  # online DT's schedule of sources (rlrun.algos.odt)
     hooks: dict[str, Any] = field(default_factory=dict)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,17 +32,33 @@ class Evaluator:
         n = env.num_envs
         self.quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
 
-    def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000) -> np.ndarray:
-        """Returns the episode returns (raw env rewards)."""
+    def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000,
+                 context: Any = None) -> np.ndarray:
+        """Returns the episode returns (raw env rewards).
+
+        Args:
+            act: Observations to deterministic actions.
+            max_steps: Vector steps at most.
+            context: A policy that acts on per-episode context (a Decision Transformer):
+                its ``reset_context()`` runs before the first step and ``record(action,
+                reward, done)`` after each; None for Markov policies (no extra work).
+        """
         n = self.env.num_envs
         obs = self.env.reset(seed=self.seed)
+        if context is not None:
+            context.reset_context()
         running = np.zeros(n)
         counts = np.zeros(n, dtype=np.int64)
         returns: list[float] = []
         for _ in range(max_steps):
             with torch.inference_mode():
-                action = act(torch.from_numpy(obs).to(self.device)).cpu().numpy()
+                action_t = act(torch.from_numpy(obs).to(self.device))
+            action = action_t.cpu().numpy()
             _, reward, terminated, truncated, obs = self.env.step(action)
+            if context is not None:
+                with torch.inference_mode():
+                    context.record(action_t, torch.from_numpy(reward),
+                                   torch.from_numpy(terminated | truncated))
             active = counts < self.quota
             running += reward * active
             ended = (terminated | truncated) & active
@@ -74,7 +91,8 @@ class Evaluation(Hook):
 
     def run(self, trainer) -> dict[str, float]:
         start = time.perf_counter()
-        returns = self.evaluator.evaluate(trainer.policy.act)
+        policy = trainer.policy
+        returns = self.evaluator.evaluate(policy.act, context=policy if hasattr(policy, "record") else None)
         self.seconds += time.perf_counter() - start
         self.last = {"eval/episode_return": float(returns.mean()),
                      "eval/episode_return_std": float(returns.std()),

@@ -29,20 +29,26 @@ class OptimizerStep:
         lr: Learning rate of every group unless overridden in ``groups``.
         max_grad_norm: Clip each group's gradient norm (None: no clipping).
         groups: Per-group overrides, e.g. ``{"critic": {"lr": 1e-3}}``.
-        lr_schedule: ``constant`` or ``linear`` (to 0 at the end of training).
+        lr_schedule: ``constant``, ``linear`` (to 0 at the end of training) or ``warmup``
+            (DT: ``lr * min(1, (updates + 1) / warmup_steps)``, then constant).
+        warmup_steps: Updates of the linear warm-up (``warmup`` only).
         kwargs: Passed to the optimiser (``eps``, ``weight_decay``, ``alpha``, ...).
     """
 
     def __init__(self, param_groups: dict[str, list[nn.Parameter]], optimizer: str = "adam",
                  lr: float = 3e-4, max_grad_norm: float | None = None,
                  groups: dict[str, dict] | None = None, lr_schedule: str = "constant",
-                 **kwargs: Any):
+                 warmup_steps: int = 0, **kwargs: Any):
         if optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {optimizer!r}.{did_you_mean(optimizer, OPTIMIZERS)}",
                               key="optim.optimizer", fix=f"use one of {', '.join(OPTIMIZERS)}")
-        if lr_schedule not in ("constant", "linear"):
+        if lr_schedule not in ("constant", "linear", "warmup"):
             raise ConfigError(f"unknown lr_schedule {lr_schedule!r}", key="optim.lr_schedule",
-                              fix="use constant or linear")
+                              fix="use constant, linear or warmup")
+        if lr_schedule == "warmup" and warmup_steps < 1:
+            raise ConfigError(f"lr_schedule=warmup needs warmup_steps >= 1, got {warmup_steps}",
+                              key="optim.warmup_steps", fix="e.g. optim.warmup_steps=10000")
+        self.warmup_steps, self.updates = int(warmup_steps), 0
         groups = dict(groups or {})
         for name in groups:
             if name not in param_groups:
@@ -59,6 +65,15 @@ class OptimizerStep:
             self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
         self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
         self.last_grad_norms: dict[str, Tensor] = {}
+        if lr_schedule == "warmup":
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """LambdaLR's warm-up as the DT reference sets it: ``min(1, (updates + 1) / warmup_steps)``."""
+        factor = min(1.0, (self.updates + 1) / self.warmup_steps)
+        for g, opt in self.optimizers.items():
+            for pg, base in zip(opt.param_groups, self.base_lrs[g]):
+                pg["lr"] = base * factor
 
     def step(self, losses: dict[str, Tensor]) -> None:
         total = sum(v for k, v in losses.items() if k.startswith("loss_"))
@@ -73,6 +88,9 @@ class OptimizerStep:
                 # returns a tensor: logged later without a host sync here
                 self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
             opt.step()
+        self.updates += 1
+        if self.lr_schedule == "warmup" and self.updates <= self.warmup_steps:
+            self._warm_up()
 
     def anneal(self, progress: float) -> None:
         """Sets learning rates for training progress in [0, 1] (linear schedule only)."""
@@ -82,7 +100,10 @@ class OptimizerStep:
                     pg["lr"] = base * max(1.0 - progress, 0.0)
 
     def state_dict(self) -> dict:
-        return {g: o.state_dict() for g, o in self.optimizers.items()}
+        state = {g: o.state_dict() for g, o in self.optimizers.items()}
+        if self.lr_schedule == "warmup":  # the schedule's position (other schedules follow the clock)
+            state["_updates"] = self.updates
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restores moments and step counts; hyperparameters (lr, eps, ...) stay the config's.
@@ -95,12 +116,17 @@ class OptimizerStep:
             o.load_state_dict(state[g])
             for pg, h in zip(o.param_groups, hyper):
                 pg.update(h)
+        self.updates = int(state.get("_updates", 0))
+        if self.lr_schedule == "warmup":
+            self._warm_up()
 
 
 def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: PositiveFloat = 3e-4,
                    max_grad_norm: PositiveFloat | None = None, groups: dict | None = None,
-                   lr_schedule: Literal["constant", "linear"] = "constant", eps: PositiveFloat = 1e-8,
-                   weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None) -> OptimizerStep:
+                   lr_schedule: Literal["constant", "linear", "warmup"] = "constant",
+                   eps: PositiveFloat = 1e-8,
+                   weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None,
+                   warmup_steps: int = 0) -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
 
     Registered as ``adam``, ``adamw``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
@@ -111,7 +137,8 @@ def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: Positive
         kwargs["eps"] = eps
     if alpha is not None:
         kwargs["alpha"] = alpha
-    return OptimizerStep(param_groups, registered_as, lr, max_grad_norm, groups, lr_schedule, **kwargs)
+    return OptimizerStep(param_groups, registered_as, lr, max_grad_norm, groups, lr_schedule, warmup_steps,
+                         **kwargs)
 
 
 for _name in OPTIMIZERS:

@@ -1,0 +1,112 @@
+"""Online DT: its loss terms by hand, the learned temperature, and a run through both phases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from cli_utils import only_run_dir, run_cli, summary_of
+from dataset_fakes import random_dataset
+from tensordict import TensorDict
+from torch.distributions import Normal
+
+from rlrun.algos.dt import ODTActionLoss, decision_transformer
+from rlrun.envs.gym import EnvSpec
+from rlrun.trainer.optim import OptimizerStep
+
+SPEC = EnvSpec((3,), "float32", False, 2)
+DATASET = "test/pendulum/random-v0"
+
+
+def tiny():
+    torch.manual_seed(0)
+    policy = decision_transformer(SPEC, hidden=16, n_layers=1, n_heads=2, max_timestep=50, dropout=0.0,
+                                  head="tanh_normal", normalize_observations=False)
+    return policy, ODTActionLoss(policy, SPEC, 0.99, init_temperature=0.3)
+
+
+def batch(seed: int = 1) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    b, k = 3, 4
+    mask = torch.tensor([[True] * 4, [False, True, True, True], [False, False, False, True]])
+    return TensorDict({"return_to_go": torch.randn(b, k, 1, generator=g),
+                       "observation": torch.randn(b, k, 3, generator=g),
+                       "action": (torch.rand(b, k, 2, generator=g) * 1.8 - 0.9),
+                       "timestep": torch.arange(k).repeat(b, 1), "mask": mask}, [b, k])
+
+
+def test_odt_loss_terms_match_a_tanh_normal_computed_by_hand():
+    policy, loss = tiny()
+    td = batch()
+    torch.manual_seed(5)
+    out = loss(td)
+    with torch.no_grad():
+        head = policy.model(td["return_to_go"], td["observation"], td["action"], td["timestep"], td["mask"])
+    mu, log_std = head.chunk(2, -1)
+    base = Normal(mu, log_std.exp())
+    a = td["action"]
+    log_lik = (base.log_prob(torch.atanh(a)) - torch.log(1 - a.pow(2))).sum(-1)  # change of variables
+    torch.manual_seed(5)
+    u = mu + log_std.exp() * torch.randn_like(mu)  # the same reparameterised draw
+    log_p = (base.log_prob(u) - torch.log(1 - torch.tanh(u).pow(2))).sum(-1)
+    valid = td["mask"]
+    n = valid.sum()
+    want_ll = log_lik[valid].sum() / n
+    want_entropy = -log_p[valid].sum() / n
+    assert out["nll"].item() == pytest.approx(-want_ll.item(), rel=1e-4)
+    assert out["entropy"].item() == pytest.approx(want_entropy.item(), rel=1e-4)
+    assert out["temperature"].item() == pytest.approx(0.3, rel=1e-6)
+    assert out["loss_model"].item() == pytest.approx(-(want_ll + 0.3 * want_entropy).item(), rel=1e-4)
+    target = -2.0  # -action_dim
+    assert loss.target_entropy == target
+    assert out["loss_temperature"].item() == pytest.approx(0.3 * (want_entropy.item() - target), rel=1e-4)
+    # the temperature's loss reaches only the temperature; the model's loss only the model
+    out["loss_temperature"].backward()
+    assert loss.log_temperature.grad is not None
+    assert all(p.grad is None for p in policy.model.parameters())
+
+
+@pytest.mark.parametrize("target, direction", [(-20.0, -1), (20.0, 1)])
+def test_the_temperature_moves_toward_its_target_entropy(target, direction):
+    policy, loss = tiny()
+    loss._inner.target_entropy = target  # far below / above what the policy's entropy can be
+    opt = OptimizerStep(loss.param_groups(), "adam", lr=1e-2)
+    td = batch()
+    start = loss.log_temperature.item()
+    for _ in range(20):
+        opt.step(loss(td))
+    moved = loss.log_temperature.item() - start
+    assert math.copysign(1.0, moved) == direction and abs(moved) > 0.1
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("datasets")
+    random_dataset("Pendulum-v1", DATASET, root, max_steps=50)
+    return root
+
+
+def test_an_odt_run_goes_through_both_phases_and_ends_at_exactly_its_updates(tmp_path, capsys, data_root):
+    args = ["algo=odt", "env=pendulum", f"dataset={DATASET}", f"dataset_root={data_root}",
+            "total_updates=230", "online.offline_updates=100", "online.updates_per_round=50",
+            "eval.interval_updates=100", "eval.episodes=2", "checkpoint.interval_updates=0", "logger=csv",
+            "progress=false", "model.hidden=16", "model.max_timestep=60", "buffer.slice_len=4",
+            "buffer.batch_size=8", "optim.warmup_steps=20", "env.max_episode_steps=40",
+            "model.target_return=-100"]
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 0, err
+    run_dir = only_run_dir(tmp_path)
+    summary = summary_of(run_dir)
+    assert summary["optim_steps"] == 230
+    # rounds of 50 updates: 2 offline, then 3 online rounds (the last cut at 230), each one episode
+    # of 40 steps on env=pendulum's sub-envs
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    n_envs = state["collector"]["frames"] // (3 * 40)
+    assert state["collector"]["rounds"] == 5 and n_envs >= 1
+    assert summary["frames"] == 3 * 40 * n_envs
+    assert np.isfinite(summary["eval/episode_return"])
+    assert "log_temperature" in state["loss"]
+    # the trajectory buffer holds the dataset's 6 episodes and the collected ones
+    assert len(state["buffer"]["episodes"]) == 6 + 3 * n_envs
