@@ -234,7 +234,8 @@ class TrainStats(Hook):
     def pre_steps_log(self, trainer, batch: TensorDict) -> None:
         # before this batch's updates: the learner's version is the number of weight pushes so far
         if ("collector", "policy_version") in batch.keys(include_nested=True):
-            self._lag = trainer.collector.policy_version - batch["collector", "policy_version"].double().mean()
+            version = batch["collector", "policy_version"]
+            self._lag = trainer.collector.policy_version - version.double().mean()
 
     def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None:
         for k, v in losses.items():
