@@ -534,11 +534,21 @@ class MultiCollector:
 
 def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, workers: int,
           init_random_frames: int, explore: bool, seed: int, device: str, start_method: str,
-          timeout_s: float, rollouts_per_batch: int = 1) -> MultiCollector:
+          timeout_s: float, rollouts_per_batch: int = 1, backend: str = "local",
+          ray_address: str | None = None) -> Any:
     if explore and policy.exploration is not None:
         raise ConfigError("multi-process collectors act with the actor's own sampling; exploration noise "
                           "components run in the main process only", key="collector.name",
                           fix="use collector=sync with exploration, or an algorithm with a stochastic actor")
+    if backend == "ray":
+        from rlrun.collectors_ray import make_ray_collector
+
+        return make_ray_collector(mode, env, policy, frames_per_batch, total_frames, workers,
+                                  init_random_frames, explore, seed, device, ray_address, rollouts_per_batch,
+                                  timeout_s)
+    if backend != "local":
+        raise ConfigError(f"unknown collector backend {backend!r}", key="collector.backend",
+                          fix="use local (worker processes on this machine) or ray")
     env_fn = getattr(env, "factory", None)
     if env_fn is None:
         raise ConfigError(f"{type(env).__name__} cannot be rebuilt in a worker (no .factory)", key="env.name",
@@ -554,22 +564,25 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
 def make_multi_sync_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
                               init_random_frames: int = 0, explore: bool = True, seed: int = 0,
                               device: str = "cpu", start_method: str = "forkserver",
-                              timeout_s: float = 600.0) -> MultiCollector:
+                              timeout_s: float = 600.0, backend: str = "local",
+                              ray_address: str | None = None) -> Any:
     """Worker processes, each with its own copy of the env; every batch is all workers' rollouts.
 
     The loop pushes the actor's weights to the workers after every batch's
     optimisation, so each batch comes from the current policy (on-policy
-    algorithms as with ``sync``).
+    algorithms as with ``sync``). ``backend=ray`` runs the workers as Ray actors
+    (``rlrun.collectors_ray``) on the cluster at ``ray_address``.
     """
     return _make("sync", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
-                 explore, seed, device, start_method, timeout_s)
+                 explore, seed, device, start_method, timeout_s, 1, backend, ray_address)
 
 
 @register("collector", "multi_async")
 def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
                                init_random_frames: int = 0, explore: bool = True, seed: int = 0,
                                device: str = "cpu", start_method: str = "forkserver",
-                               timeout_s: float = 600.0, rollouts_per_batch: int = 1) -> MultiCollector:
+                               timeout_s: float = 600.0, rollouts_per_batch: int = 1,
+                               backend: str = "local", ray_address: str | None = None) -> Any:
     """Worker processes collecting without waiting; each batch is ``rollouts_per_batch`` workers'
     rollouts, in arrival order.
 
@@ -577,4 +590,4 @@ def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames:
     corrections such as V-trace); the loop pushes weights after every batch's optimisation.
     """
     return _make("async", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
-                 explore, seed, device, start_method, timeout_s, rollouts_per_batch)
+                 explore, seed, device, start_method, timeout_s, rollouts_per_batch, backend, ray_address)
