@@ -27,7 +27,11 @@ moved, at the start of a rollout, so a rollout never mixes two versions.
 Failure policy: a worker that raises sends its traceback and exits; a worker
 that dies without one (SIGKILL, OOM) is noticed within ``poll_s``; either way
 the collector shuts every worker down and raises :class:`WorkerError` in the
-main process (the run then ends with its usual checkpoint-on-exit path).
+main process, naming the worker, its pid and its traceback or signal. The run
+then ends ``failed`` with that message and keeps its last periodic checkpoint
+(``checkpoint.interval_frames``): no checkpoint is written at the failure, as the
+dead worker's env and RNG state are gone; rerunning the same command resumes
+from the last one (tested in ``tests/test_collectors_multi_run.py``).
 Restarting a worker silently would hide a broken env. No orphans: workers exit
 on ``shutdown()`` (context manager, ``atexit``, errors, ``__del__``), get
 exit at once when the main process dies, however it died (a watchdog thread
