@@ -20,6 +20,7 @@ run's checkpoint as with ``hydra/launcher=slurm``.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -57,6 +58,24 @@ def worker_command(address: str, cpus: int) -> list[str]:
 
 def stop_command() -> list[str]:
     return [*RAY_CLI, "stop", "--force"]
+
+
+def auth_env(token_path: Path) -> dict[str, str]:
+    """Ray's token authentication, explicit in every process of the allocation, with the job's own token.
+
+    Ray 2.60 starts a head with token authentication by default, but a driver or a
+    worker node that connects with ``address=...`` only sends a token when
+    ``RAY_AUTH_MODE=token`` is set (seen here: "Authentication token is missing or
+    incorrect" otherwise). The token lives in the submitit folder, which every node sees.
+    """
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+
+
+def write_token(token_path: Path) -> None:
+    token_path.unlink(missing_ok=True)
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
 
 
 def job_overrides(overrides: list[str], address: str) -> list[str]:
@@ -101,10 +120,13 @@ class SlurmRayLauncherBase(SlurmLauncherBase):
         timeout_s = float(self.options.get("ray_start_timeout_s", 600))
         head = env.hostnames[0]
         address = f"{head}:{port}"
-        done = Path(env.paths.folder) / f"{env.job_id}_ray_done"
+        folder = Path(env.paths.folder)
+        done, token = folder / f"{env.job_id}_ray_done", folder / f"{env.job_id}_ray_token"
+        os.environ.update(auth_env(token))  # for the ray commands and this process's ray.init
         if env.global_rank != 0:
-            return self._hold_worker_node(head, port, address, done, timeout_s)
-        done.unlink(missing_ok=True)  # a requeued job starts a fresh cluster
+            return self._hold_worker_node(head, port, address, done, token, timeout_s)
+        done.unlink(missing_ok=True)  # a requeued job starts a fresh cluster, with a fresh token
+        write_token(token)
         subprocess.run(head_command(port, cpus_per_node()), check=True)
         try:
             if env.num_nodes > 1:
@@ -123,8 +145,10 @@ class SlurmRayLauncherBase(SlurmLauncherBase):
             subprocess.run(stop_command(), check=False)
 
     @staticmethod
-    def _hold_worker_node(head: str, port: int, address: str, done: Path, timeout_s: float) -> None:
-        _wait(f"the Ray head at {address} did not start", lambda: _reachable(head, port), timeout_s)
+    def _hold_worker_node(head: str, port: int, address: str, done: Path, token: Path,
+                          timeout_s: float) -> None:
+        _wait(f"the Ray head at {address} did not start", lambda: token.exists() and _reachable(head, port),
+              timeout_s)
         subprocess.run(worker_command(address, cpus_per_node()), check=True)
         try:
             _wait("never", lambda: done.exists() or not _reachable(head, port), float("inf"), poll_s=5.0)

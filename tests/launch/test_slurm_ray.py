@@ -61,3 +61,13 @@ def test_the_run_directory_does_not_depend_on_where_ray_runs():
     from rlrun.run import SAFE_TO_CHANGE
 
     assert "collector.ray_address" in SAFE_TO_CHANGE
+
+
+def test_every_process_of_the_allocation_uses_token_auth_with_the_jobs_own_token(tmp_path):
+    token = tmp_path / "41_ray_token"
+    slurm_ray.write_token(token)
+    text = token.read_text()
+    assert len(text) == 64 and int(text, 16) >= 0 and token.stat().st_mode & 0o777 == 0o600
+    slurm_ray.write_token(token)  # a requeued job: a fresh token
+    assert token.read_text() != text
+    assert slurm_ray.auth_env(token) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
