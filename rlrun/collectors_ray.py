@@ -107,6 +107,8 @@ class RayCollector:
                  seed: int = 0, device: str = "cpu", address: str | None = None, rollouts_per_batch: int = 1,
                  timeout_s: float = 600.0):
         self._closed, self._actors, self._started_ray = True, [], False  # for an early shutdown()
+        if address is not None:
+            _token_auth_if_configured()  # before ray's import, which reads the mode
         try:
             import ray
         except ImportError:
@@ -281,6 +283,20 @@ class RayCollector:
     def _fail(self, message: str) -> None:
         self.shutdown()
         raise WorkerError(message)
+
+
+def _token_auth_if_configured() -> None:
+    """Sends the token of a cluster with token authentication (Ray 2.60's default for ``ray start``).
+
+    A driver connecting by address sends a token only with ``RAY_AUTH_MODE=token``, even
+    when the token file exists; this sets it when the file exists and the mode is unset.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    default = os.path.expanduser(os.path.join("~", ".ray", "auth_token"))
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or default
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.exists(path):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def make_ray_collector(mode: str, env: Any, policy: Any, frames_per_batch: int, total_frames: int,

@@ -83,3 +83,20 @@ def test_a_killed_ray_worker_is_reported_by_index_and_ray_is_stopped(make_counte
             next(it)
     assert not ray.is_initialized()
     assert not wait_no_ray()
+
+
+def test_joining_a_cluster_sends_the_token_when_a_token_file_exists(tmp_path, monkeypatch):
+    from rlrun.collectors_ray import _token_auth_if_configured
+
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # set first, so that teardown restores the original
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))
+    _token_auth_if_configured()
+    assert "RAY_AUTH_MODE" not in os.environ  # no token: Ray's own default
+    (tmp_path / "auth_token").write_text("0" * 64)
+    _token_auth_if_configured()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # an explicit choice is kept
+    _token_auth_if_configured()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
