@@ -12,9 +12,11 @@ Nothing is pickled per step.
 * ``multi_sync``: every batch is all workers' rollouts of the same length,
   concatenated along the env dim (``[workers * num_envs, T]``), collected with
   the same policy version: on-policy algorithms see one policy per batch.
-* ``multi_async``: each batch is one worker's rollout, in arrival order. Every
-  worker has two slots, so it collects its next rollout while the learner
-  consumes the previous one; batches carry the policy version that collected
+* ``multi_async``: each batch is ``rollouts_per_batch`` rollouts (default
+  one), in arrival order from whichever workers are ready (IMPALA's learner
+  batches 32 of them), concatenated along the env dim. Every worker has two
+  slots, so it collects its next rollout while the learner consumes the
+  previous one; batches carry the policy version that collected
   them (policy lag = current version - batch version).
 
 Weights travel through shared memory: ``update_policy_weights`` copies the
@@ -25,7 +27,11 @@ moved, at the start of a rollout, so a rollout never mixes two versions.
 Failure policy: a worker that raises sends its traceback and exits; a worker
 that dies without one (SIGKILL, OOM) is noticed within ``poll_s``; either way
 the collector shuts every worker down and raises :class:`WorkerError` in the
-main process (the run then ends with its usual checkpoint-on-exit path).
+main process, naming the worker, its pid and its traceback or signal. The run
+then ends ``failed`` with that message and keeps its last periodic checkpoint
+(``checkpoint.interval_frames``): no checkpoint is written at the failure, as the
+dead worker's env and RNG state are gone; rerunning the same command resumes
+from the last one (tested in ``tests/test_collectors_multi_run.py``).
 Restarting a worker silently would hide a broken env. No orphans: workers exit
 on ``shutdown()`` (context manager, ``atexit``, errors, ``__del__``), get
 exit at once when the main process dies, however it died (a watchdog thread
@@ -209,7 +215,8 @@ class MultiCollector:
         policy: The acting policy module (e.g. ``models.actor``), on any device. Workers get
             a CPU copy; ``update_policy_weights()`` pushes its current weights.
         frames_per_batch: Frames per yielded batch. ``sync``: all workers together, a multiple
-            of ``workers * num_envs``; ``async``: one worker's rollout, a multiple of ``num_envs``.
+            of ``workers * num_envs``; ``async``: ``rollouts_per_batch`` rollouts, a multiple of
+            ``rollouts_per_batch * num_envs``.
         total_frames: Frames to yield in all, rounded up to the step width (``workers * num_envs``
             for sync, ``num_envs`` for async); the last rollouts are shortened to hit it exactly.
         workers: Worker processes.
@@ -223,6 +230,8 @@ class MultiCollector:
             loops that never call ``update_policy_weights`` (today's ``run.py``).
         start_method: ``"spawn"`` or ``"forkserver"`` (never ``"fork"``: torch threads).
         timeout_s: Raise :class:`WorkerError` when no worker reports for this long.
+        rollouts_per_batch: ``async`` only: rollouts gathered per batch, in arrival order (the
+            last batch of the budget may hold fewer).
         poll_s: How often a waiting main process checks that its workers are alive.
 
     Examples:
@@ -238,7 +247,8 @@ class MultiCollector:
                  total_frames: int, workers: int = 2, mode: str = "sync", method: str = "explore",
                  init_random_frames: int = 0,
                  seed: int = 0, device: str = "cpu", auto_update_weights: bool = False,
-                 start_method: str = "forkserver", timeout_s: float = 600.0, poll_s: float = 0.2):
+                 start_method: str = "forkserver", timeout_s: float = 600.0, poll_s: float = 0.2,
+                 rollouts_per_batch: int = 1):
         self._closed, self._procs, self._cmd_qs, self._res_q = True, [], [], None  # for an early __del__
         if mode not in ("sync", "async"):
             raise ConfigError(f"unknown collector mode {mode!r}", key="collector.mode",
@@ -249,6 +259,11 @@ class MultiCollector:
         if start_method not in ("spawn", "forkserver"):
             raise ConfigError(f"start method {start_method!r} is not supported", key="collector.start_method",
                               fix="use spawn or forkserver (fork is unsafe with torch threads)")
+        if rollouts_per_batch < 1 or (mode == "sync" and rollouts_per_batch != 1):
+            raise ConfigError(f"rollouts_per_batch={rollouts_per_batch} needs the async mode and >= 1",
+                              key="collector.rollouts_per_batch",
+                              fix="use collector=multi_async, or remove collector.rollouts_per_batch")
+        self.rollouts_per_batch = rollouts_per_batch
         self.mode, self.workers, self.device = mode, workers, torch.device(device)
         self.auto_update_weights, self.timeout_s, self.poll_s = auto_update_weights, timeout_s, poll_s
         self.frames, self.policy_version = 0, 0
@@ -283,15 +298,16 @@ class MultiCollector:
                 self._procs.append(p)
             specs = [self._wait("spec")[2] for _ in range(workers)]
             self.num_envs = int(specs[0].pop("num_envs"))
-            width = self.num_envs * (workers if mode == "sync" else 1)
+            width = self.num_envs * (workers if mode == "sync" else rollouts_per_batch)
             if frames_per_batch % width:
                 raise ConfigError(
                     f"{frames_per_batch} frames per batch do not split over {width} envs "
-                    f"({'workers x ' if mode == 'sync' else ''}env.num_envs)",
+                    f"({'workers' if mode == 'sync' else 'rollouts_per_batch'} x env.num_envs)",
                     key="collector.frames_per_batch", fix=f"use a multiple of {width}")
             self.frames_per_batch = frames_per_batch
             self.steps = frames_per_batch // width
-            self.total_frames = -(-total_frames // width) * width
+            step_width = self.num_envs * (workers if mode == "sync" else 1)
+            self.total_frames = -(-total_frames // step_width) * step_width
             slots = 1 if mode == "sync" else ASYNC_SLOTS
             self._slots = [{k: torch.zeros((slots, self.num_envs, self.steps, *shape), dtype=dtype)
                             .share_memory_() for k, (shape, dtype) in specs[0].items()}
@@ -436,14 +452,20 @@ class MultiCollector:
             for w in range(self.workers):
                 dispatch(w, slot)
         while self.frames < self.total_frames:
-            msg = self._wait("rollout")
-            self._inflight -= 1
-            batch = self._take(*msg[1:])
-            dispatch(msg[1], msg[2])  # the worker is busy with its other slot: keep its queue full
-            self.frames += batch.numel()
-            yield batch
-            if self.auto_update_weights:
-                self.update_policy_weights()
+            parts: list[TensorDict] = []
+            while len(parts) < self.rollouts_per_batch and self._inflight:
+                msg = self._wait("rollout")
+                self._inflight -= 1
+                parts.append(self._take(*msg[1:]))
+                dispatch(msg[1], msg[2])  # the worker is busy with its other slot: keep its queue full
+            # the budget's shortened last rollouts may differ in length: one batch per length
+            for steps in dict.fromkeys(p.shape[1] for p in parts):
+                same = [p for p in parts if p.shape[1] == steps]
+                batch = torch.cat(same, 0) if len(same) > 1 else same[0]
+                self.frames += batch.numel()
+                yield batch
+                if self.auto_update_weights:
+                    self.update_policy_weights()
 
     def _take(self, w: int, slot: int, steps: int, version: int, returns: list, lengths: list) -> TensorDict:
         """The slot's rollout as a fresh TensorDict (the slot is reused for the next rollout)."""
@@ -516,11 +538,21 @@ class MultiCollector:
 
 def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, workers: int,
           init_random_frames: int, explore: bool, seed: int, device: str, start_method: str,
-          timeout_s: float) -> MultiCollector:
+          timeout_s: float, rollouts_per_batch: int = 1, backend: str = "local",
+          ray_address: str | None = None) -> Any:
     if explore and policy.exploration is not None:
         raise ConfigError("multi-process collectors act with the actor's own sampling; exploration noise "
                           "components run in the main process only", key="collector.name",
                           fix="use collector=sync with exploration, or an algorithm with a stochastic actor")
+    if backend == "ray":
+        from rlrun.collectors_ray import make_ray_collector
+
+        return make_ray_collector(mode, env, policy, frames_per_batch, total_frames, workers,
+                                  init_random_frames, explore, seed, device, ray_address, rollouts_per_batch,
+                                  timeout_s)
+    if backend != "local":
+        raise ConfigError(f"unknown collector backend {backend!r}", key="collector.backend",
+                          fix="use local (worker processes on this machine) or ray")
     env_fn = getattr(env, "factory", None)
     if env_fn is None:
         raise ConfigError(f"{type(env).__name__} cannot be rebuilt in a worker (no .factory)", key="env.name",
@@ -529,33 +561,37 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
     return MultiCollector(env_fn, policy.actor, frames_per_batch, total_frames, workers, mode,
                           "explore" if explore else "act", init_random_frames,
                           seed, device, auto_update_weights=False, start_method=start_method,
-                          timeout_s=timeout_s)
+                          timeout_s=timeout_s, rollouts_per_batch=rollouts_per_batch)
 
 
 @register("collector", "multi_sync")
 def make_multi_sync_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
                               init_random_frames: int = 0, explore: bool = True, seed: int = 0,
                               device: str = "cpu", start_method: str = "forkserver",
-                              timeout_s: float = 600.0) -> MultiCollector:
+                              timeout_s: float = 600.0, backend: str = "local",
+                              ray_address: str | None = None) -> Any:
     """Worker processes, each with its own copy of the env; every batch is all workers' rollouts.
 
     The loop pushes the actor's weights to the workers after every batch's
     optimisation, so each batch comes from the current policy (on-policy
-    algorithms as with ``sync``).
+    algorithms as with ``sync``). ``backend=ray`` runs the workers as Ray actors
+    (``rlrun.collectors_ray``) on the cluster at ``ray_address``.
     """
     return _make("sync", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
-                 explore, seed, device, start_method, timeout_s)
+                 explore, seed, device, start_method, timeout_s, 1, backend, ray_address)
 
 
 @register("collector", "multi_async")
 def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
                                init_random_frames: int = 0, explore: bool = True, seed: int = 0,
                                device: str = "cpu", start_method: str = "forkserver",
-                               timeout_s: float = 600.0) -> MultiCollector:
-    """Worker processes collecting without waiting; each batch is one worker's rollout, as it arrives.
+                               timeout_s: float = 600.0, rollouts_per_batch: int = 1,
+                               backend: str = "local", ray_address: str | None = None) -> Any:
+    """Worker processes collecting without waiting; each batch is ``rollouts_per_batch`` workers'
+    rollouts, in arrival order.
 
     Batches carry the policy version that collected them (for off-policy
     corrections such as V-trace); the loop pushes weights after every batch's optimisation.
     """
     return _make("async", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
-                 explore, seed, device, start_method, timeout_s)
+                 explore, seed, device, start_method, timeout_s, rollouts_per_batch, backend, ray_address)

@@ -210,7 +210,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 # Keys a resumed run may change without asking: budgets, schedules of evaluation and
 # checkpoints, where and how it logs and runs. Anything else changes the experiment.
 SAFE_TO_CHANGE = ("total_frames", "total_updates", "eval.", "checkpoint.", "logger.", "progress", "resume",
-                  "device", "threads", "hooks.optuna_pruning.", "resume_allow_changes")
+                  "device", "threads", "hooks.optuna_pruning.", "resume_allow_changes",
+                  "collector.ray_address")
 
 
 def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:

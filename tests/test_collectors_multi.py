@@ -343,3 +343,24 @@ def test_registered_multi_sync_rebuilds_the_env_in_workers_and_follows_the_live_
         b = next(it)
     assert (b["action"] == 1).all() and (b["collector", "policy_version"] == 1).all()
     assert b["observation"].shape == (4, 2, 4)
+
+
+@linux_only
+def test_multi_async_gathers_rollouts_per_batch_in_arrival_order():
+    with MultiCollector(counter_env, BiasPolicy(), frames_per_batch=16, total_frames=70, workers=2,
+                        mode="async", method="forward", rollouts_per_batch=2) as coll:
+        batches = list(coll)
+    # 35 vector steps: eight rollouts of 4 steps (16 frames = 2 rollouts x 4 steps x 2 envs) and the
+    # budget's shortened last one of 3, two per batch; a pair of unequal lengths is yielded as two batches
+    assert sum(b.numel() for b in batches) == coll.frames == 70
+    per_length = {}
+    for b in batches:
+        per_length[b.batch_size[1]] = per_length.get(b.batch_size[1], 0) + b.batch_size[0] // 2
+    assert per_length == {4: 8, 3: 1}
+    assert [tuple(b.batch_size) for b in batches[:3]] == [(4, 4)] * 3
+    assert sorted(tuple(b.batch_size) for b in batches[3:]) in ([(2, 3), (4, 4)], [(2, 3), (2, 4), (2, 4)])
+    for b in batches:  # each pair of rows is one worker's rollout, one policy version
+        w = b["collector", "worker"].reshape(-1, 2, b.batch_size[1])
+        assert (w == w[:, :1, :1]).all()
+    with pytest.raises(ConfigError, match="rollouts_per_batch"):
+        MultiCollector(counter_env, BiasPolicy(), 16, 70, workers=2, mode="async", rollouts_per_batch=3)

@@ -19,9 +19,9 @@ from cli_utils import only_run_dir, run_cli, summary_of
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]
 
 
-def learn(tmp_path, capsys, algo: str, env: str, target: float, interval: int) -> dict:
+def learn(tmp_path, capsys, algo: str, env: str, target: float, interval: int, *extra: str) -> dict:
     code, _, err = run_cli([f"algo={algo}", f"env={env}", "seed=0", "logger=none",
-                            f"eval.target_return={target}", f"eval.interval_frames={interval}"],
+                            f"eval.target_return={target}", f"eval.interval_frames={interval}", *extra],
                            tmp_path, capsys)
     assert code == 0, err
     return summary_of(only_run_dir(tmp_path))
@@ -63,3 +63,17 @@ def test_deterministic_actor_critics_reach_minus_250_on_pendulum_within_20k_fram
     s = learn(tmp_path, capsys, algo, "pendulum", -250, 2_000)
     assert s["eval/episode_return"] >= -250, s
     assert s["total_frames"] == 20_000
+
+
+def test_ppo_with_multi_sync_workers_reaches_475_on_cartpole_within_100k_frames(tmp_path, capsys):
+    """The same preset and threshold as with the single-process collector, over 2 worker processes."""
+    s = learn(tmp_path, capsys, "ppo", "cartpole", 475, 10_000, "collector=multi_sync", "collector.workers=2")
+    assert s["eval/episode_return"] >= 475, s
+    assert s["total_frames"] == 100_000 and s["eval/episodes"] == 10
+
+
+def test_impala_with_2_async_workers_reaches_475_on_cartpole_within_300k_frames(tmp_path, capsys):
+    """tuned/impala_cartpole: 2 multi_async workers, V-trace on rollouts one or two versions old."""
+    s = learn(tmp_path, capsys, "impala", "cartpole", 475, 10_000)
+    assert s["eval/episode_return"] >= 475, s
+    assert s["total_frames"] == 300_000 and s["eval/episodes"] == 10

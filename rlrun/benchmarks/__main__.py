@@ -1,5 +1,9 @@
 """``python -m rlrun.benchmarks [collection] [gae] [update] [--quick] [--json PATH]``.
 
+``collection --table5 --workers 1,2,4`` runs the collection benchmark in the form of
+the paper's Table 5 (``table5``: gymnasium baselines, sync, multi_sync and multi_async
+collectors over those worker counts).
+
 Prints a header (machine, threads, versions) and one Markdown table per
 benchmark, and writes everything, raw per-repetition times included, to JSON.
 """
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -30,6 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a short smoke run: fewer frames and repetitions, 1 sync env only")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per case (default: per benchmark)")
+    p.add_argument("--table5", action="store_true",
+                   help="run `collection` as the paper's Table 5 (the table5 benchmark)")
+    p.add_argument("--workers", type=_int_list, default=None, metavar="W,W,...",
+                   help="worker counts of the table5 benchmark (default: 1,2)")
     p.add_argument("--json", type=Path, default=Path("bench_results/benchmarks.json"),
                    help="where to write the results (default: %(default)s, relative to cwd)")
     args = p.parse_args(argv)
@@ -38,7 +47,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     if args.reps is not None and args.reps < 1:
         p.error("--reps must be >= 1")
+    if args.table5:
+        args.benchmarks = [b for b in args.benchmarks if b != "collection"] + ["table5"]
     return args
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"worker counts must be >= 1, got {text!r}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"rlrun.benchmarks.{name}")
         print(f"\n## {name}", flush=True)
         start = time.perf_counter()
-        result = module.run(quick=args.quick, reps=args.reps)
+        takes_workers = "workers" in inspect.signature(module.run).parameters
+        extra = {"workers": args.workers} if args.workers and takes_workers else {}
+        result = module.run(quick=args.quick, reps=args.reps, **extra)
         result["wall_s"] = round(time.perf_counter() - start, 1)
         results["results"][name] = result
         print()

@@ -93,6 +93,9 @@ class AtariVecEnv(GymVecEnv):
     """
 
     def __init__(self, *args: Any, terminal_on_life_loss: bool = True, **kwargs: Any):
+        import ale_py  # a collector worker rebuilds the env from `factory`: it must register ALE/* too
+
+        gym.register_envs(ale_py)
         super().__init__(*args, **kwargs)
         self.factory = functools.partial(AtariVecEnv, *self.factory.args, **self.factory.keywords,
                                          terminal_on_life_loss=terminal_on_life_loss)

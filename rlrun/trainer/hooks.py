@@ -237,16 +237,26 @@ class TrainStats(Hook):
     """Logs training episode returns, fps and loss averages once per batch.
 
     Losses are summed as tensors during the batch and read once at its end, so
-    the optimisation loop has no host syncs.
+    the optimisation loop has no host syncs. Batches tagged with the policy
+    version that collected them (collectors with workers) also give
+    ``collector/policy_lag``: the learner's version when the batch reaches it,
+    minus the batch's mean version (0 for ``multi_sync``).
     """
 
     def __init__(self):
         self._sums: dict[str, torch.Tensor] = {}
         self._n = 0
+        self._lag: torch.Tensor | None = None
         self._last_time: float | None = None
         self._last_frames = 0
         self._last_updates = 0
         self.recent_returns: list[float] = []
+
+    def pre_steps_log(self, trainer, batch: TensorDict) -> None:
+        # before this batch's updates: the learner's version is the number of weight pushes so far
+        if ("collector", "policy_version") in batch.keys(include_nested=True):
+            version = batch["collector", "policy_version"]
+            self._lag = trainer.collector.policy_version - version.double().mean()
 
     def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None:
         for k, v in losses.items():
@@ -267,6 +277,9 @@ class TrainStats(Hook):
                 metrics[k.replace("loss_", "loss/") if k.startswith("loss_") else f"train/{k}"] = v
         for g, norm in trainer.optimizer.last_grad_norms.items():
             metrics[f"train/grad_norm_{g}"] = float(norm)
+        if self._lag is not None:
+            metrics["collector/policy_lag"] = float(self._lag)
+            self._lag = None
         now = trainer.wall_time
         if self._last_time is not None and now > self._last_time:
             seconds = now - self._last_time

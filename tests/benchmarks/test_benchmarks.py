@@ -42,6 +42,14 @@ def test_command_line_names_the_benchmarks():
     assert "end_to_end" in BENCHMARKS
 
 
+def test_collection_table5_runs_the_table5_benchmark_over_the_given_workers():
+    args = parse_args(["collection", "--workers", "1,2,4", "--table5"])
+    assert args.benchmarks == ["table5"] and args.workers == (1, 2, 4)
+    assert parse_args(["collection", "gae"]).benchmarks == ["collection", "gae"]
+    with pytest.raises(SystemExit):
+        parse_args(["collection", "--workers", "0,2", "--table5"])
+
+
 def test_marl_parts_references_compute_what_rlrun_computes():
     from rlrun.benchmarks import marl_parts
 

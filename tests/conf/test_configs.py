@@ -24,7 +24,7 @@ OFFLINE = {"iql", "cql"}  # learn from a dataset
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
 CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn",
-              "dqn": "qnet_cnn"}
+              "dqn": "qnet_cnn", "impala": "actor_critic_cnn"}
 
 
 def split_tuned(option: str) -> tuple[str, str]:
@@ -62,6 +62,7 @@ def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
                         provided=run.provided).order  # the hooks' declarations check out
         assert "buffer" in order["process_optim_batch"]
     finally:
+        run.collector.shutdown()  # worker processes (impala's multi_async), if any
         run.close()
 
 

@@ -526,3 +526,25 @@ def test_train_stats_average_losses_over_the_batch_and_log_returns_and_fps():
         stats.post_steps_log(SimpleNamespace(**{**vars(trainer), "collector": SimpleNamespace(
             pop_episode_stats=lambda: ([float(i) for i in range(40)], [1] * 40))}), None)
     assert stats.recent_returns == [float(i) for i in range(20, 40)] + [float(i) for i in range(40)] * 2
+
+
+def test_train_stats_log_the_mean_policy_lag_of_version_tagged_batches():
+    from tensordict import TensorDict
+
+    from rlrun.trainer.hooks import TrainStats
+
+    logged = []
+    trainer = SimpleNamespace(log=logged.append, frames=0, wall_time=0.0, optim_steps=0,
+                              collector=SimpleNamespace(pop_episode_stats=lambda: ([], []), policy_version=7),
+                              optimizer=SimpleNamespace(last_grad_norms={}))
+    stats = TrainStats()
+    # two rollouts of 3 steps, collected by versions 4 and 6: lags 3 and 1, mean 2
+    versions = torch.tensor([[4, 4, 4], [6, 6, 6]])
+    tagged = TensorDict({"collector": {"policy_version": versions}}, [2, 3])
+    stats.pre_steps_log(trainer, tagged)
+    trainer.collector.policy_version = 8  # the push after the update must not count
+    stats.post_steps_log(trainer, tagged)
+    stats.pre_steps_log(trainer, TensorDict({"observation": torch.zeros(2, 3)}, [2, 3]))  # sync: untagged
+    stats.post_steps_log(trainer, None)
+    assert logged[0]["collector/policy_lag"] == 2.0
+    assert "collector/policy_lag" not in logged[1]

@@ -17,6 +17,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 from rlrun.launch import local as _local
 from rlrun.launch import pruning as _pruning  # noqa: F401  (registers the hook optuna_pruning)
+from rlrun.launch import slurm_ray as _slurm_ray
 from rlrun.launch import submitit_launch as _submitit
 from rlrun.launch import sweeper as _sweeper
 
@@ -55,6 +56,10 @@ class SlurmLauncher(_submitit.SlurmLauncherBase):
     """SLURM job arrays through submitit, requeued on preemption and time-out."""
 
 
+class SlurmRayLauncher(_slurm_ray.SlurmRayLauncherBase):
+    """SLURM jobs of ``nodes`` nodes each, with a Ray cluster across them for ``collector.backend=ray``."""
+
+
 class OptunaSweeper(_sweeper.OptunaSweeperBase):
     """Optuna search: YAML search space, several seeds per trial, pruning, shared SQLite study."""
 
@@ -62,4 +67,5 @@ class OptunaSweeper(_sweeper.OptunaSweeperBase):
 _store = ConfigStore.instance()
 _store.store(group="hydra/launcher", name="rlrun_local", node=_submitit.LocalConf, provider="rlrun")
 _store.store(group="hydra/launcher", name="rlrun_slurm", node=_submitit.SlurmConf, provider="rlrun")
+_store.store(group="hydra/launcher", name="rlrun_slurm_ray", node=_slurm_ray.SlurmRayConf, provider="rlrun")
 _store.store(group="hydra/sweeper", name="rlrun_optuna", node=_sweeper.OptunaSweeperConf, provider="rlrun")

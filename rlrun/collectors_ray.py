@@ -1,0 +1,312 @@
+"""Collectors whose workers are Ray actors: ``collector.backend=ray`` for ``multi_sync``/``multi_async``.
+
+The same protocol and the same batches as :mod:`rlrun.collectors_multi`, on as
+many machines as a Ray cluster has: each actor owns a vector env (rebuilt from
+the env's picklable factory) and a CPU copy of the policy, and runs rlrun's
+:class:`~rlrun.collectors.SyncCollector` loop, so rollouts keep the single-process
+semantics. ``collector.ray_address`` picks the cluster: ``auto`` (the one this
+machine belongs to: ``ray start`` ran here, as ``hydra/launcher=slurm_ray``
+does), an address such as ``10.0.0.1:6379``, or ``null`` for a local instance
+with one CPU per worker, which ``shutdown()`` stops again. A cluster the run
+connected to is left running.
+
+* ``sync``: every batch is all actors' rollouts, collected with one policy version.
+* ``async``: each batch is ``rollouts_per_batch`` rollouts in completion order
+  (``ray.wait``); an actor starts its next rollout as soon as its last one is taken.
+
+Weights go through Ray's object store: ``update_policy_weights`` puts the state
+dict once per version, and each actor receives the reference with its next
+``collect`` call when its copy is older. Rollouts come back as TensorDicts
+(numpy-backed tensors travel zero-copy on one node).
+
+Failure policy, as for the local workers: an actor that raises, or dies (its
+process killed, its node lost), ends the iteration with a
+:class:`~rlrun.collectors_multi.WorkerError` naming the worker and holding Ray's
+report; every actor is killed first (and a local Ray stopped), so the run ends
+through its usual checkpoint-on-exit path.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from rlrun.collectors import SyncCollector
+from rlrun.collectors_multi import SEED_STRIDE, WorkerError, _policy_fn
+from rlrun.errors import ConfigError
+
+_MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
+
+
+class _Worker:
+    """One Ray actor: a vector env, a CPU policy copy and a SyncCollector over them."""
+
+    def __init__(self, index: int, workers: int, env_fn: Callable[[], Any], policy: nn.Module, method: str,
+                 init_random_frames: int, seed: int):
+        torch.set_num_threads(1)
+        self.index, self.workers, self.version = index, workers, -1
+        seed = seed + SEED_STRIDE * index
+        torch.manual_seed(seed)
+        self.env = env_fn()
+        self.policy = policy
+        self.coll = SyncCollector(self.env, _policy_fn(policy, method), self.env.num_envs, 2**62,
+                                  init_random_frames, seed)
+
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    def collect(self, steps: int, version: int, weights: dict[str, Tensor] | None) -> tuple:
+        if weights is not None and version != self.version:
+            self.policy.load_state_dict(weights)
+            self.version = version
+        self.coll.frames_per_batch = steps * self.env.num_envs
+        td = self.coll.collect()
+        td["collector", "traj_ids"] = td["collector", "traj_ids"] * self.workers + self.index
+        returns, lengths = self.coll.pop_episode_stats()
+        return td, self.version, returns, lengths
+
+    def get_state(self) -> dict:
+        return {**self.coll.state_dict(), "torch_rng": torch.get_rng_state()}
+
+    def set_state(self, state: dict) -> None:
+        self.coll.load_state_dict({k: state[k] for k in ("frames", "next_traj", "generator")})
+        torch.set_rng_state(state["torch_rng"])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class RayCollector:
+    """Collects with ``workers`` Ray actors (see the module docstring).
+
+    Args:
+        env_fn: Picklable callable returning a ``GymVecEnv``; each actor calls it once.
+        policy: The acting policy module (e.g. ``policy.actor``); actors get a CPU copy.
+        frames_per_batch: As :class:`~rlrun.collectors_multi.MultiCollector`.
+        total_frames: Frames to yield, rounded up to the step width; the last rollouts are shortened.
+        workers: Ray actors.
+        mode: ``"sync"`` or ``"async"``.
+        method: The policy method actors call (``"explore"``, ``"act"`` or ``"forward"``).
+        init_random_frames: Leading frames of uniform random actions (split over the actors).
+        seed: Actor ``w`` uses ``seed + w * SEED_STRIDE``, as the local workers do.
+        device: Where batches are put.
+        address: ``"auto"``, a cluster address, or None for a local instance of ``workers`` CPUs.
+        rollouts_per_batch: ``async`` only: rollouts per batch.
+        timeout_s: Raise :class:`WorkerError` when no rollout arrives for this long.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], policy: nn.Module, frames_per_batch: int, total_frames: int,
+                 workers: int = 2, mode: str = "sync", method: str = "explore", init_random_frames: int = 0,
+                 seed: int = 0, device: str = "cpu", address: str | None = None, rollouts_per_batch: int = 1,
+                 timeout_s: float = 600.0):
+        self._closed, self._actors, self._started_ray = True, [], False  # for an early shutdown()
+        if address is not None:
+            _token_auth_if_configured()  # before ray's import, which reads the mode
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("collector.backend=ray needs ray, which is not installed",
+                              key="collector.backend", fix=_MISSING_FIX) from None
+        if mode not in ("sync", "async") or workers < 1 or rollouts_per_batch < 1 \
+                or (mode == "sync" and rollouts_per_batch != 1):
+            raise ConfigError(f"mode={mode}, workers={workers}, rollouts_per_batch={rollouts_per_batch}",
+                              key="collector", fix="use workers >= 1, and rollouts_per_batch > 1 only with "
+                              "multi_async")
+        self._ray = ray
+        self.mode, self.workers, self.device = mode, workers, torch.device(device)
+        self.rollouts_per_batch, self.timeout_s = rollouts_per_batch, timeout_s
+        self.frames, self.policy_version = 0, 0
+        self._source = policy
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+        self._weights = None  # the object-store reference of the current version's weights
+        if not ray.is_initialized():
+            if address is None:
+                # the actors import what this process can (plugins, envs registered by user modules)
+                path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=True,
+                         configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+            else:
+                ray.init(address=address, log_to_driver=True, configure_logging=False)
+            self._started_ray = address is None
+        self._closed = False
+        try:
+            local = copy.deepcopy(policy).cpu()
+            for p in local.parameters():
+                p.requires_grad_(False)
+            actor_cls = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
+            per_worker = -(-init_random_frames // workers)
+            self._actors = [actor_cls.remote(w, workers, env_fn, local, method, per_worker, seed)
+                            for w in range(workers)]
+            self.num_envs = self._get([a.num_envs.remote() for a in self._actors])[0]
+            width = self.num_envs * (workers if mode == "sync" else rollouts_per_batch)
+            if frames_per_batch % width:
+                raise ConfigError(f"{frames_per_batch} frames per batch do not split over {width} envs",
+                                  key="collector.frames_per_batch", fix=f"use a multiple of {width}")
+            self.frames_per_batch, self.steps = frames_per_batch, frames_per_batch // width
+            step_width = self.num_envs * (workers if mode == "sync" else 1)
+            self.total_frames = -(-total_frames // step_width) * step_width
+            self.update_policy_weights()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # -- protocol
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        if self._closed:
+            raise RuntimeError("this collector was shut down")
+        yield from (self._iter_sync() if self.mode == "sync" else self._iter_async())
+
+    def update_policy_weights(self, state_dict: Mapping[str, Tensor] | None = None) -> None:
+        """Puts ``state_dict`` (default: the source policy's) in the object store; bumps the version."""
+        source = self._source.state_dict() if state_dict is None else state_dict
+        self.policy_version += 1
+        self._weights = self._ray.put({k: v.detach().cpu() for k, v in source.items()})
+
+    def pop_episode_stats(self) -> tuple[list[float], list[int]]:
+        stats = self._returns, self._lengths
+        self._returns, self._lengths = [], []
+        return stats
+
+    def state_dict(self) -> dict:
+        """Frames, version and each actor's collector and torch RNG state (async: in-flight rollouts
+        are dropped and recollected)."""
+        return {"frames": self.frames, "policy_version": self.policy_version,
+                "workers": self._get([a.get_state.remote() for a in self._actors])}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["workers"]) != self.workers:
+            raise ValueError(f"the checkpoint has {len(state['workers'])} collector workers, this run "
+                             f"{self.workers}")
+        self._get([a.set_state.remote(s) for a, s in zip(self._actors, state["workers"])])
+        self.frames = int(state["frames"])
+        self.policy_version = int(state["policy_version"]) - 1
+        self.update_policy_weights()  # the caller restored the source policy's weights first
+
+    def shutdown(self) -> None:
+        """Kills the actors, and stops Ray if this collector started it; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        for a in self._actors:
+            try:
+                ray.kill(a)
+            except Exception:  # already dead
+                pass
+        self._actors = []
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+
+    def __enter__(self) -> RayCollector:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.shutdown()
+
+    # -- internals
+
+    def _collect(self, w: int, steps: int):
+        return self._actors[w].collect.remote(steps, self.policy_version, self._weights)
+
+    def _iter_sync(self) -> Iterator[TensorDict]:
+        while self.frames < self.total_frames:
+            steps = min(self.steps, (self.total_frames - self.frames) // (self.num_envs * self.workers))
+            results = self._get([self._collect(w, steps) for w in range(self.workers)])
+            batch = torch.cat([self._take(w, *r) for w, r in enumerate(results)], 0)
+            self.frames += batch.numel()
+            yield batch
+
+    def _iter_async(self) -> Iterator[TensorDict]:
+        ray, dispatched, inflight = self._ray, self.frames, {}
+
+        def dispatch(w: int) -> None:
+            nonlocal dispatched
+            steps = min(self.steps, (self.total_frames - dispatched) // self.num_envs)
+            if steps > 0:
+                inflight[self._collect(w, steps)] = w
+                dispatched += steps * self.num_envs
+
+        for w in range(self.workers):
+            dispatch(w)
+        while self.frames < self.total_frames:
+            parts = []
+            while len(parts) < self.rollouts_per_batch and inflight:
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=self.timeout_s)
+                if not ready:
+                    self._fail(f"no rollout from the Ray collector workers for {self.timeout_s:.0f} s")
+                w = inflight.pop(ready[0])
+                parts.append(self._take(w, *self._get([ready[0]], worker=w)[0]))
+                dispatch(w)
+            for steps in dict.fromkeys(p.shape[1] for p in parts):  # one batch per rollout length
+                same = [p for p in parts if p.shape[1] == steps]
+                batch = torch.cat(same, 0)
+                self.frames += batch.numel()
+                yield batch
+
+    def _take(self, w: int, td: TensorDict, version: int, returns: list, lengths: list) -> TensorDict:
+        self._returns.extend(returns)
+        self._lengths.extend(lengths)
+        td = td.to(self.device)
+        td["collector", "policy_version"] = torch.full(td.batch_size, version, dtype=torch.int64,
+                                                       device=self.device)
+        td["collector", "worker"] = torch.full(td.batch_size, w, dtype=torch.int64, device=self.device)
+        return td
+
+    def _get(self, refs: list, worker: int | None = None) -> list:
+        """``ray.get``, one reference at a time (``refs[i]`` is worker i's unless ``worker`` is given),
+        turning a dead or failing actor into a WorkerError that names it."""
+        ray, out = self._ray, []
+        for i, ref in enumerate(refs):
+            w = worker if worker is not None else i
+            try:
+                out.append(ray.get(ref, timeout=self.timeout_s))
+            except ray.exceptions.GetTimeoutError:
+                self._fail(f"no answer from Ray collector worker {w} for {self.timeout_s:.0f} s "
+                           "(an env hangs?); raise collector.timeout_s if rollouts are this slow")
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                self._fail(f"Ray collector worker {w} failed:\n{err}")
+        return out
+
+    def _fail(self, message: str) -> None:
+        self.shutdown()
+        raise WorkerError(message)
+
+
+def _token_auth_if_configured() -> None:
+    """Sends the token of a cluster with token authentication (Ray 2.60's default for ``ray start``).
+
+    A driver connecting by address sends a token only with ``RAY_AUTH_MODE=token``, even
+    when the token file exists; this sets it when the file exists and the mode is unset.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    default = os.path.expanduser(os.path.join("~", ".ray", "auth_token"))
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or default
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.exists(path):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def make_ray_collector(mode: str, env: Any, policy: Any, frames_per_batch: int, total_frames: int,
+                       workers: int, init_random_frames: int, explore: bool, seed: int, device: str,
+                       address: str | None, rollouts_per_batch: int, timeout_s: float) -> RayCollector:
+    """The ``backend=ray`` branch of the registered ``multi_sync``/``multi_async`` collectors."""
+    env_fn = getattr(env, "factory", None)
+    if env_fn is None:
+        raise ConfigError(f"{type(env).__name__} cannot be rebuilt in a Ray actor (no .factory)",
+                          key="env.name", fix="use a GymVecEnv-based env (env=gym or env=atari)")
+    return RayCollector(env_fn, policy.actor, frames_per_batch, total_frames, workers, mode,
+                        "explore" if explore else "act", init_random_frames, seed, device,
+                        address, rollouts_per_batch, timeout_s)
