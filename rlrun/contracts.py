@@ -51,12 +51,14 @@ class Loss(nn.Module):
         reads: Batch keys ``forward`` reads; a hook or the collector must provide each.
         has_targets: Keeps target networks that ``update_targets`` moves
             (the ``target_update`` hook calls it).
+        multi_agent: Trains an agent group (keys under ``agents``); needs a multi-agent env.
     """
 
     on_policy: ClassVar[bool] = False
     action_spaces: ClassVar[tuple[str, ...]] = ("discrete", "continuous")
     reads: ClassVar[tuple[str, ...]] = ("observation", "action")
     has_targets: ClassVar[bool] = False
+    multi_agent: ClassVar[bool] = False
 
     def __init__(self, policy: nn.Module):
         super().__init__()
