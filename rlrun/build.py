@@ -117,7 +117,8 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
             f"{cfg.total_frames}: it would never train", key="total_frames",
             fix=f"raise total_frames above {learning_starts}, or lower collector.init_random_frames "
             "(and trainer.learning_starts if set)")
-    provided = set(getattr(collector, "collected_keys", COLLECTED_KEYS)) | policy.behaviour_keys(cfg.collector.get("explore", True))
+    collected = getattr(collector, "collected_keys", COLLECTED_KEYS)  # an agent group's live under "agents"
+    provided = set(collected) | policy.behaviour_keys(cfg.collector.get("explore", True))
     return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, provided,
                cfg.trainer.epochs_per_batch, steps, learning_starts)
 
