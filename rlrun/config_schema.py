@@ -69,8 +69,8 @@ class PaperSection:
     table: str
     algo: str
     env: str
-    reference_mean: float
-    reference_std: NonNegativeFloat
+    reference_mean: float | None  # None: the paper reports curves only (Figure 2)
+    reference_std: NonNegativeFloat | None
     budget_frames: PositiveInt
 
 
