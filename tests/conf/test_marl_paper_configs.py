@@ -1,4 +1,4 @@
-"""Every reproduction config of the paper's Figure 2 (MARL on VMAS, Table 10) composes and runs a few steps."""
+"""Every reproduction config of the paper's Figure 2 (MARL on VMAS, Table 10) runs a few steps."""
 
 from __future__ import annotations
 
