@@ -24,9 +24,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.agent_groups import check_agent_groups
 from rlrun.contracts import COLLECTED_KEYS
 from rlrun.errors import ConfigError
-from rlrun.registry import build, lookup
+from rlrun.registry import build
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
 from rlrun.trainer.hooks import Hook, TargetUpdate
 
@@ -73,7 +74,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     The order is fixed (it decides which draws of the global RNG initialise
     which network), so that a seed gives the same run every time.
     """
-    _check_agent_groups(cfg)
+    check_agent_groups(cfg)
     env = build("env", cfg.env)
     policy = build("model", cfg.model, spec=env.spec).to(device)
     loss = build("loss", cfg.loss, policy=policy, spec=env.spec, gamma=cfg.gamma).to(device)
@@ -121,23 +122,6 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     provided = set(collected) | policy.behaviour_keys(cfg.collector.get("explore", True))
     return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, provided,
                cfg.trainer.epochs_per_batch, steps, learning_starts)
-
-
-def _check_agent_groups(cfg: DictConfig) -> None:
-    """A multi-agent loss needs a multi-agent env and the other way round (declared by both factories)."""
-    loss_name, env_name = cfg.loss.get("name"), cfg.env.get("name")
-    if loss_name is None or env_name is None:
-        return  # _target_ components: nothing declared to check
-    group_loss = getattr(lookup("loss", loss_name, key="loss.name").factory, "multi_agent", False)
-    group_env = getattr(lookup("env", env_name, key="env.name").factory, "multi_agent", False)
-    if group_loss and not group_env:
-        raise ConfigError(f"loss={loss_name} trains an agent group, but env={env_name} is single-agent",
-                          key="env", fix="use a multi-agent env (env=vmas/navigation, vmas/balance, "
-                          "vmas/sampling) or a single-agent algorithm (`rlrun list algo`)")
-    if group_env and not group_loss:
-        raise ConfigError(f"env={env_name} is an agent group, but loss={loss_name} is single-agent",
-                          key="algo", fix="use a multi-agent algorithm: algo=mappo, ippo, maddpg, iddpg, "
-                          "marl_iql, vdn or qmix")
 
 
 def _check_action_space(loss: Any, spec: Any) -> None:
