@@ -1,6 +1,6 @@
 """``rlrun report figure2``: the paper's Figure 2 (MARL on VMAS) from runs with ``paper.table=figure2_marl``.
 
-    rlrun -m '+paper=glob(marl/*)' seed=0,1,2      # the runs (6 algorithms x 3 tasks)
+    rlrun -m '+paper/marl=glob(*)' seed=0,1,2      # the runs (6 algorithms x 3 tasks)
     rlrun report figure2                          # final-reward table on the terminal
     rlrun report figure2 --out report/            # + figure2.png and figure2.md
 
@@ -168,7 +168,7 @@ def main(argv: list[str]) -> int:
         runs = load_runs(uri, args.experiment, where)
         if runs.empty:
             raise ReportError(f"no runs with param paper.table={TABLE} in {uri}",
-                              fix="launch them with `rlrun -m '+paper=glob(marl/*)' seed=0,1,2` (or one: "
+                              fix="launch them with `rlrun -m '+paper/marl=glob(*)' seed=0,1,2` (or one: "
                               "`rlrun +paper=marl/mappo_navigation`), or point --tracking-uri at them")
     except ReportError as err:
         print(f"rlrun: error: {err.render()}", file=sys.stderr)

@@ -57,4 +57,4 @@ def test_figure2_table_curves_and_claims(marl_store, tmp_path, capsys):
 def test_figure2_without_runs_says_how_to_launch_them(marl_store, capsys):
     assert main(["figure2", "--tracking-uri", marl_store, "--filter", "params.seed = '99'"]) == 2
     err = capsys.readouterr().err
-    assert "paper.table=figure2_marl" in err and "+paper=glob(marl/*)" in err
+    assert "paper.table=figure2_marl" in err and "+paper/marl=glob(*)" in err
