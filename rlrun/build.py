@@ -11,7 +11,11 @@ components declare (``Loss.on_policy``, ``Loss.action_spaces``,
 - optimiser steps per batch follow from the declarations: minibatch coverage
   (on-policy) or ``trainer.updates_per_frame`` (off-policy);
 - learning starts after ``collector.init_random_frames`` unless
-  ``trainer.learning_starts`` says otherwise, and must start within the budget.
+  ``trainer.learning_starts`` says otherwise, and must start within the budget;
+- the data source fits the loss (``Loss.learns_from``): a run with ``dataset=<id>``
+  is offline (a ``DatasetSource``, the dataset in the buffer's place, budget in
+  ``total_updates``, intervals in updates), one without collects (``total_frames``);
+  the dataset's spaces must fit the env.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from rlrun.errors import ConfigError
 from rlrun.registry import build
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
 from rlrun.trainer.hooks import Hook, TargetUpdate
+from rlrun.trainer.loop import Budget
+
+OFFLINE_ROUND = 1000  # updates per round of an offline run (metrics, signals and intervals are checked
+                      # between rounds): ~1-5 s of IQL on a CPU; trainer.optim_steps_per_epoch overrides
 
 
 @dataclass
@@ -49,10 +57,12 @@ class Run:
     epochs_per_batch: int
     optim_steps_per_epoch: int
     learning_starts: int
+    budget: Budget
 
     def close(self) -> None:
         self.env.close()
-        self.eval_env.close()
+        if self.eval_env is not self.env:
+            self.eval_env.close()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -75,27 +85,35 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     which network), so that a seed gives the same run every time.
     """
     check_agent_groups(cfg)
-    env = build("env", cfg.env)
+    offline = cfg.get("dataset") is not None
+    eval_env_cfg = {**OmegaConf.to_container(cfg.env, resolve=True),
+                    "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}
+    # offline, the env only evaluates (and gives the spec): one env serves
+    env = build("env", eval_env_cfg if offline else cfg.env, key="env")
     policy = build("model", cfg.model, spec=env.spec).to(device)
     loss = build("loss", cfg.loss, policy=policy, spec=env.spec, gamma=cfg.gamma).to(device)
     _check_action_space(loss, env.spec)
+    budget = _check_source(cfg, loss, offline)
     optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
-    if cfg.get("exploration"):
-        policy.exploration = build("exploration", cfg.exploration, actor=policy.actor, spec=env.spec,
-                                   num_envs=env.num_envs)
-    collector = build("collector", cfg.collector, env=env, policy=policy,
-                      total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
-    fpb = cfg.collector.frames_per_batch
-    buffer_cfg = _buffer_config(cfg, loss)
-    buffer = build("buffer", buffer_cfg, seed=cfg.seed, device=str(device), run_dir=run_dir)
+    if offline:
+        collector, buffer, buffer_cfg = _offline_source(cfg, env, policy, device)
+        eval_env = env
+    else:
+        if cfg.get("exploration"):
+            policy.exploration = build("exploration", cfg.exploration, actor=policy.actor, spec=env.spec,
+                                       num_envs=env.num_envs)
+        collector = build("collector", cfg.collector, env=env, policy=policy,
+                          total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
+        buffer_cfg = _buffer_config(cfg, loss)
+        buffer = build("buffer", buffer_cfg, seed=cfg.seed, device=str(device), run_dir=run_dir)
 
     configured = {name: (build("hook", node, key=f"hooks.{name}", gamma=cfg.gamma, loss=loss,
                                policy=policy), f"config: hooks.{name}")
                   for name, node in (cfg.get("hooks") or {}).items() if node}
-    eval_env = build("env", {**OmegaConf.to_container(cfg.env, resolve=True),
-                             "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}, key="env")
-    learning = learning_hooks(loss)
-    reporting = reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir)
+    if not offline:
+        eval_env = build("env", eval_env_cfg, key="env")
+    learning = learning_hooks(loss, buffer.sample_keys if offline else None)
+    reporting = reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir, budget.unit)
     for name in sorted(configured.keys() & (learning.keys() | reporting.keys())):
         raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
                           fix=f"rename it, e.g. hooks.my_{name}")
@@ -108,7 +126,11 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
                           key="hooks.target_update",
                           fix="add hooks.target_update={name:target_update,interval_updates:1}")
 
-    steps = _optim_steps(cfg, loss, buffer_cfg, fpb)
+    if offline:
+        steps = cfg.trainer.get("optim_steps_per_epoch") or OFFLINE_ROUND
+        return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, set(),
+                   cfg.trainer.epochs_per_batch, steps, 0, budget)
+    steps = _optim_steps(cfg, loss, buffer_cfg, cfg.collector.frames_per_batch)
     learning_starts = cfg.trainer.get("learning_starts")
     if learning_starts is None:
         learning_starts = cfg.collector.get("init_random_frames", 0) or 0
@@ -121,7 +143,56 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     collected = getattr(collector, "collected_keys", COLLECTED_KEYS)  # an agent group's live under "agents"
     provided = set(collected) | policy.behaviour_keys(cfg.collector.get("explore", True))
     return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, provided,
-               cfg.trainer.epochs_per_batch, steps, learning_starts)
+               cfg.trainer.epochs_per_batch, steps, learning_starts, budget)
+
+
+def _check_source(cfg: DictConfig, loss: Any, offline: bool) -> Budget:
+    """The data source fits the loss, and the budget counts what the source gives."""
+    name = type(loss).__name__
+    total_frames, total_updates = cfg.get("total_frames"), cfg.get("total_updates")
+    if offline:
+        if "dataset" not in loss.learns_from:
+            raise ConfigError(f"{name} learns from collected {'batches' if loss.on_policy else 'steps'}, "
+                              "not from a dataset", key="dataset",
+                              fix="remove dataset=..., or pick an offline algorithm (algo=iql, algo=cql)")
+        if total_frames is not None:
+            raise ConfigError(f"total_frames={total_frames} counts env steps, but an offline run (dataset="
+                              f"{cfg.dataset}) takes none", key="total_frames",
+                              fix="set total_frames=null and the budget in updates: total_updates=N")
+        if total_updates is None:
+            raise ConfigError("an offline run's budget counts optimiser steps, and is not set",
+                              key="total_updates", fix="e.g. total_updates=50000")
+        for section in ("eval", "checkpoint"):
+            if cfg[section].get("interval_updates") is None:
+                raise ConfigError("an offline run counts its intervals in updates",
+                                  key=f"{section}.interval_updates",
+                                  fix=f"set {section}.interval_updates=N (0: only at the end)")
+        return Budget("updates", int(total_updates))
+    if "collector" not in loss.learns_from:
+        raise ConfigError(f"{name} learns from a dataset, and none is given", key="dataset",
+                          fix="add dataset=<id> (`rlrun dataset list`), or make one with "
+                          "`rlrun dataset make env=<env> kind=medium-replay`")
+    if total_updates is not None:
+        raise ConfigError(f"total_updates={total_updates} is an offline run's budget; this run collects "
+                          "from the env", key="total_updates",
+                          fix="remove total_updates and set total_frames=N (or give dataset=<id>)")
+    if total_frames is None:
+        raise ConfigError("is not set", key="total_frames", fix="e.g. total_frames=100000")
+    return Budget("frames", int(total_frames))
+
+
+def _offline_source(cfg: DictConfig, env: Any, policy: Any, device: torch.device) -> tuple:
+    """The dataset as the run's source and buffer; the normaliser set from its statistics."""
+    from rlrun.sources import DatasetSource, load_dataset, normalize_from_dataset
+
+    node = OmegaConf.to_container(cfg.buffer, resolve=True) if cfg.get("buffer") is not None else {}
+    if not str(node.get("name", "")).startswith("dataset"):
+        raise ConfigError(f"an offline run samples its dataset, not buffer={node.get('name')}",
+                          key="buffer", fix="use buffer=dataset")
+    data = load_dataset(str(cfg.dataset), cfg.get("dataset_root"), env.spec)
+    normalize_from_dataset(policy, data)
+    buffer = build("buffer", node, data=data, seed=cfg.seed, device=str(device))
+    return DatasetSource(data), buffer, node
 
 
 def _check_action_space(loss: Any, spec: Any) -> None:

@@ -4,6 +4,7 @@
     rlrun list [kind]            registered components and config presets
     rlrun explain [overrides]    the composed run: capabilities, loop settings, hooks per point
     rlrun report ...             tables and learning curves from finished runs
+    rlrun dataset make|list      offline datasets (Minari's layout) made with D4RL's recipe
     rlrun eval <run> [key=value] evaluate a run's policy (episodes=, seed=, deterministic=, video=)
     rlrun export <run> [--format pt2|onnx] [--out FILE]   a self-contained policy file
 
@@ -317,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         from rlrun.export import main as export_main
 
         return (eval_main if argv[0] == "eval" else export_main)(argv[1:])
+    if argv[:1] == ["dataset"]:
+        from rlrun.datasets.cli import main as dataset_main
+
+        return dataset_main(argv[1:])
     if argv[:1] == ["report"]:
         from rlrun.report.cli import main as report_main
 

@@ -7,7 +7,7 @@ its module and its ``conf/algo`` YAML, with no list to edit here.
 import importlib
 import pkgutil
 
-from rlrun import algos, collectors, collectors_marl, collectors_multi, exploration, tracking  # noqa: F401
+from rlrun import algos, collectors, collectors_marl, collectors_multi, exploration, sources, tracking  # noqa: F401
 from rlrun.buffers import factory  # noqa: F401
 from rlrun.envs import atari, gym, vmas  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401

@@ -49,6 +49,7 @@ class TrainerSection:
 @dataclass
 class EvalSection:
     interval_frames: NonNegativeInt = 25000  # 0: only the final evaluation
+    interval_updates: NonNegativeInt | None = None  # offline runs (budget in updates); 0: only the final
     episodes: PositiveInt = 10
     max_envs: PositiveInt = 10
     target_return: float | None = None
@@ -59,6 +60,7 @@ class EvalSection:
 @dataclass
 class CheckpointSection:
     interval_frames: NonNegativeInt = 50000
+    interval_updates: NonNegativeInt | None = None  # offline runs (budget in updates)
     buffer: bool | Literal["auto"] = "auto"
     max_buffer_mb: NonNegativeFloat = 2048
 
@@ -79,7 +81,10 @@ class PaperSection:
 class RunConfig:
     """The top level of a run's config (component sections are checked by their factories)."""
 
-    total_frames: PositiveInt
+    total_frames: PositiveInt | None     # online budget (env steps); null for offline runs
+    total_updates: PositiveInt | None = None  # offline budget (optimiser steps)
+    dataset: str | None = None           # offline data: a Minari dataset id (`rlrun dataset list`)
+    dataset_root: str | None = None      # where datasets live (null: $MINARI_DATASETS_PATH, ~/.minari)
     gamma: Fraction = 0.99
     seed: NonNegativeInt = 0
     device: str = "auto"

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "eval.interval_frames",
-              "eval.max_envs", "checkpoint", "hydra", "paper")
+              "eval.interval_updates", "eval.max_envs", "checkpoint", "hydra", "paper", "dataset_root")
 """Params that do not change the experiment (the seed, where and how it is logged, run, resumed,
 checkpointed, how often it is evaluated) and so are left out of its config hash; a name
 matches itself and everything under it (``logger`` matches ``logger.tracking_uri``)."""

@@ -51,10 +51,12 @@ class Loss(nn.Module):
         reads: Batch keys ``forward`` reads; a hook or the collector must provide each.
         has_targets: Keeps target networks that ``update_targets`` moves
             (the ``target_update`` hook calls it).
+        learns_from: ``"collector"`` (online) and/or ``"dataset"`` (offline, ``dataset=<id>``).
         multi_agent: Trains an agent group (keys under ``agents``); needs a multi-agent env.
     """
 
     on_policy: ClassVar[bool] = False
+    learns_from: ClassVar[tuple[str, ...]] = ("collector",)
     action_spaces: ClassVar[tuple[str, ...]] = ("discrete", "continuous")
     reads: ClassVar[tuple[str, ...]] = ("observation", "action")
     has_targets: ClassVar[bool] = False

@@ -51,18 +51,29 @@ def explain(overrides: list[str]) -> str:
             hooks = {**run.hooks, "checkpoint": Checkpointing(lambda: None, 0)}
             origins = {**run.origins, "checkpoint": "built in: checkpoint.*"}
             order = Trainer(run.collector, run.loss, run.optimizer, hooks, policy=run.policy,
-                            provided=run.provided).order
+                            provided=run.provided, budget=run.budget).order
             loss = run.loss
+            if run.budget.unit == "updates":
+                data = run.collector.data
+                source = (f"source    {type(run.collector).__name__}: dataset {cfg.dataset} "
+                          f"({data.num_episodes} episodes, {data.num_steps} steps); "
+                          f"samples hold {', '.join(sorted(run.buffer.sample_keys))}")
+                loop = (f"loop      {run.budget.total} updates in rounds of {run.optim_steps_per_epoch}; "
+                        f"gamma {cfg.gamma}")
+            else:
+                source = (f"collector {type(run.collector).__name__}: {cfg.collector.frames_per_batch} "
+                          f"frames per batch over {run.env.num_envs} envs; batches hold "
+                          f"{', '.join(sorted(run.provided))}")
+                loop = (f"loop      per batch: {run.epochs_per_batch} epoch(s) x {run.optim_steps_per_epoch} "
+                        f"optimiser step(s), from frame {run.learning_starts}; gamma {cfg.gamma}")
             lines = [
                 f"loss      {type(loss).__name__} ({'on' if loss.on_policy else 'off'}-policy; "
                 f"actions: {', '.join(loss.action_spaces)}; reads {', '.join(loss.reads)})",
                 f"policy    {type(run.policy.actor).__name__} ({run.policy.head})"
                 + (f" + {type(run.policy.exploration).__name__}" if run.policy.exploration else "")
                 + (f", critic {type(run.policy.critic).__name__}" if run.policy.critic is not None else ""),
-                f"collector {type(run.collector).__name__}: {cfg.collector.frames_per_batch} frames per "
-                f"batch over {run.env.num_envs} envs; batches hold {', '.join(sorted(run.provided))}",
-                f"loop      per batch: {run.epochs_per_batch} epoch(s) x {run.optim_steps_per_epoch} "
-                f"optimiser step(s), from frame {run.learning_starts}; gamma {cfg.gamma}",
+                source,
+                loop,
                 "",
                 describe(order, hooks, origins),
             ]

@@ -95,12 +95,14 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     run = build_run(cfg, run_dir, device)
     policy, loss, optimizer, hooks = run.policy, run.loss, run.optimizer, run.hooks
     collector, buffer = run.collector, run.buffer
-    hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.interval_frames)
+    unit, total = run.budget.unit, run.budget.total
+    hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.get(f"interval_{unit}"))
     if state is not None:
         _restore(state, run, ckpt_path)
-        if collector.frames >= collector.total_frames and (run_dir / "summary.json").exists():
-            say(f"[rlrun] {run_dir} already finished {collector.frames} frames; "
-                  "raise total_frames to train on, or use resume=false to start afresh")
+        done = collector.frames if unit == "frames" else int(state["optim_steps"])
+        if done >= total and (run_dir / "summary.json").exists():
+            say(f"[rlrun] {run_dir} already finished {done} {unit}; "
+                f"raise total_{unit} to train on, or use resume=false to start afresh")
             collector.shutdown()
             run.close()
             summary = json.loads((run_dir / "summary.json").read_text())
@@ -109,7 +111,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                 build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
                       run_id=resume["run_id"], resumed=True).finish("FINISHED")
             return summary
-        say(f"[rlrun] resuming from frame {collector.frames} of {collector.total_frames} "
+        say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
               f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
         if state.get("buffer") is None and buffer is not None:
             say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
@@ -131,12 +133,13 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         logger.log_artifact(config_file)
     elif resume["changes"]:
         logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
-    progress = Progress(collector.total_frames, collector.frames, cfg.progress)
+    progress = Progress(total, int(state["optim_steps"] if unit == "updates" else collector.frames)
+                        if state is not None else 0, cfg.progress, unit=unit)
     stats = hooks["train_stats"]
     hooks["progress"] = ProgressHook(progress, stats)
     trainer = Trainer(collector, loss, optimizer, hooks, run.epochs_per_batch,
                       run.optim_steps_per_epoch, run.learning_starts, buffer, logger, policy=policy,
-                      provided=run.provided)
+                      provided=run.provided, budget=run.budget)
     if state is not None:
         trainer.optim_steps, trainer.batches = int(state["optim_steps"]), int(state["batches"])
         trainer.elapsed_before = float(state["wall_time"])
@@ -182,7 +185,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         progress.close()
         summary = {
             "status": {"KILLED": "interrupted"}.get(status, status.lower()),
-            "frames": trainer.frames, "total_frames": collector.total_frames,
+            "frames": trainer.frames, "total_frames": cfg.get("total_frames"),
+            **({"total_updates": total} if unit == "updates" else {}),
             "stop_reason": trainer.stop_reason,
             "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
             **evaluation.last,
@@ -205,8 +209,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
 # Keys a resumed run may change without asking: budgets, schedules of evaluation and
 # checkpoints, where and how it logs and runs. Anything else changes the experiment.
-SAFE_TO_CHANGE = ("total_frames", "eval.", "checkpoint.", "logger.", "progress", "resume", "device",
-                  "threads", "hooks.optuna_pruning.", "resume_allow_changes")
+SAFE_TO_CHANGE = ("total_frames", "total_updates", "eval.", "checkpoint.", "logger.", "progress", "resume",
+                  "device", "threads", "hooks.optuna_pruning.", "resume_allow_changes")
 
 
 def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
@@ -253,7 +257,8 @@ def _restore(state: dict, run: Run, path: Path) -> None:
     try:
         run.loss.load_state_dict(state["loss"])
         run.optimizer.load_state_dict(state["optimizer"])
-        run.optimizer.anneal(state["frames"] / run.collector.total_frames)  # the schedule where it was
+        done = state["frames"] if run.budget.unit == "frames" else state["optim_steps"]
+        run.optimizer.anneal(min(1.0, done / run.budget.total))  # the schedule where it was
         run.collector.load_state_dict(state["collector"])
         if state.get("buffer") is not None:
             run.buffer.load_state_dict(state["buffer"])

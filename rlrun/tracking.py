@@ -246,22 +246,24 @@ class Progress:
     to the log file every ``interval`` seconds.
     """
 
-    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0):
+    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0,
+                 unit: str = "frames"):
         tty = sys.stderr.isatty()
+        self.unit = unit
         self.enabled = True if enabled == "auto" else bool(enabled)
         self.bar = None
         if self.enabled and tty:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, unit="frames", unit_scale=True,
+            self.bar = tqdm(total=total, initial=initial, unit=unit, unit_scale=True,
                             dynamic_ncols=True)
         self.total, self.frames, self.interval = total, initial, interval
         self._last_print = -float("inf")  # the first batch prints: the run has started
 
     def line(self, frames: int, info: dict[str, float]) -> str:
-        """The plain progress line: frames, percent, then ``key=value`` for each of ``info``."""
+        """The plain progress line: frames (or updates), percent, then ``key=value`` for each of ``info``."""
         shown = "".join(f" {k}={v:.4g}" for k, v in info.items())
-        return f"[rlrun] frames {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
+        return f"[rlrun] {self.unit} {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
 
     def update(self, frames: int, info: dict[str, float]) -> None:
         if not self.enabled:

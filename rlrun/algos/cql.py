@@ -27,17 +27,23 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.algos.sac import frozen
+from rlrun.contracts import Loss
+from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.policy import Policy
+from rlrun.registry import register
 
 
-class CQLLoss(nn.Module):
+@register("loss", "cql")
+class CQLLoss(Loss):
     """SAC's losses plus CQL(H)'s conservative critic term.
 
     Args:
-        actor: An ``Actor`` with a ``tanh_normal`` head (``sample`` returns action, log-prob).
-        critic: A ``TwinQCritic`` returning ``[num_q, *batch]``; its polyak copy is the target.
-        action_dim: Action size (uniform density, default target entropy).
-        gamma: Discount.
+        policy: An ``actor`` with a ``tanh_normal`` head (``sample`` returns action,
+            log-prob) and a ``TwinQCritic`` returning ``[num_q, *batch]``, whose polyak
+            copy is the target.
+        spec: The env's spec (action size: uniform density, default target entropy).
+        gamma: Discount (the run's top-level ``gamma``).
         tau: Polyak rate of the target critic.
         init_alpha: Initial SAC temperature.
         target_entropy: SAC's target entropy; ``None`` means ``-action_dim``.
@@ -51,20 +57,33 @@ class CQLLoss(nn.Module):
             ``deterministic_backup=False``).
     """
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, action_dim: int, gamma: float = 0.99,
-                 tau: float = 0.005, init_alpha: float = 1.0, target_entropy: float | None = None,
+    action_spaces = ("continuous",)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    has_targets = True
+    learns_from = ("dataset",)
+
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: float = 0.005,
+                 init_alpha: float = 1.0, target_entropy: float | None = None,
                  learn_alpha: bool = True, cql_alpha: float = 5.0, n_actions: int = 10, temp: float = 1.0,
                  lagrange: bool = False, target_action_gap: float = 10.0, backup_entropy: bool = False):
-        super().__init__()
-        self.actor, self.critic, self.action_dim = actor, critic, action_dim
+        super().__init__(policy)
+        self.action_dim = action_dim = spec.action_dim
         self.gamma, self.tau = gamma, tau
         self.cql_alpha, self.n_actions, self.temp = cql_alpha, n_actions, temp
         self.lagrange, self.target_action_gap = lagrange, target_action_gap
         self.backup_entropy = backup_entropy
-        self.target_critic = target_copy(critic)
+        self.target_critic = target_copy(policy.critic)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=learn_alpha)
         self.target_entropy = -float(action_dim) if target_entropy is None else target_entropy
         self.log_alpha_prime = nn.Parameter(torch.zeros(()), requires_grad=lagrange)
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.policy.actor
+
+    @property
+    def critic(self) -> nn.Module:
+        return self.policy.critic
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         groups = {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters())}

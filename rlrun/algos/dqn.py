@@ -34,6 +34,7 @@ class DQNLoss(Loss):
     action_spaces = ("discrete",)
     reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
     has_targets = True
+    learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
     def __init__(self, policy: Policy, gamma: float, double: bool = True, loss: str = "huber",
                  tau: float = 1.0):

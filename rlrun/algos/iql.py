@@ -22,7 +22,12 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.contracts import Loss
+from rlrun.envs.gym import EnvSpec
+from rlrun.errors import ConfigError
+from rlrun.modules.networks import ValueCritic, mlp, polyak_update, target_copy
+from rlrun.policy import Policy
+from rlrun.registry import register
 
 
 def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
@@ -47,34 +52,56 @@ def dataset_log_prob(actor: nn.Module, obs: Tensor, action: Tensor, eps: float =
     return d.log_prob(u) - correction
 
 
-class IQLLoss(nn.Module):
+@register("loss", "iql")
+class IQLLoss(Loss):
     """IQL's value, critic and actor losses.
 
+    The state-value network V(s) is the loss's own (acting never needs it); it shares
+    the policy's observation normaliser.
+
     Args:
-        actor: An ``Actor`` with a ``normal`` or ``tanh_normal`` head (weighted
-            log-likelihood), or ``deterministic`` (weighted squared error).
-        critic: A ``TwinQCritic``; its polyak copy is the target.
-        value: A ``ValueCritic`` V(s).
-        gamma: Discount.
+        policy: An ``actor`` with a ``normal`` or ``tanh_normal`` head (weighted
+            log-likelihood) or ``deterministic`` (weighted squared error), and a
+            ``TwinQCritic``, whose polyak copy is the target.
+        spec: The env's spec (V's input size).
+        gamma: Discount (the run's top-level ``gamma``).
+        value_hidden: V's hidden layers (paper: 256, 256).
+        activation: V's activation.
         tau: Polyak rate of the target critic.
         expectile: Expectile of the value loss (paper: 0.7 MuJoCo, 0.9 AntMaze).
         beta: Inverse temperature of the advantage weights (paper: 3 MuJoCo, 10 AntMaze).
         max_weight: Clip of ``exp(beta * advantage)`` (100 in the authors' code).
     """
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, value: nn.Module, gamma: float = 0.99,
-                 tau: float = 0.005, expectile: float = 0.7, beta: float = 3.0, max_weight: float = 100.0):
-        super().__init__()
+    action_spaces = ("continuous",)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    has_targets = True
+    learns_from = ("dataset",)
+
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, value_hidden: list[int] = (256, 256),
+                 activation: str = "relu", tau: float = 0.005, expectile: float = 0.7, beta: float = 3.0,
+                 max_weight: float = 100.0):
+        super().__init__(policy)
         if not 0.0 < expectile < 1.0:
-            raise ValueError(f"expectile must be in (0, 1), got {expectile}")
-        self.actor, self.critic, self.value = actor, critic, value
+            raise ConfigError(f"must be in (0, 1), got {expectile}", key="loss.expectile",
+                              fix="e.g. 0.7 (MuJoCo) or 0.9 (AntMaze)")
+        self.value = ValueCritic(mlp(spec.observation_shape[0], list(value_hidden), 1, activation),
+                                 policy.normalizer)
         self.gamma, self.tau = gamma, tau
         self.expectile, self.beta, self.max_weight = expectile, beta, max_weight
-        self.target_critic = target_copy(critic)
+        self.target_critic = target_copy(policy.critic)
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.policy.actor
+
+    @property
+    def critic(self) -> nn.Module:
+        return self.policy.critic
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
-                "value": list(self.value.parameters())}
+                "value": list(self.value.net.parameters())}
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
         obs, action = td["observation"], td["action"]

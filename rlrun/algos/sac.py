@@ -54,6 +54,7 @@ class SACLoss(Loss):
     action_spaces = ("continuous",)
     reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
     has_targets = True
+    learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
     def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: float = 0.005,
                  init_alpha: float = 1.0, target_entropy: float | None = None,

@@ -45,6 +45,7 @@ class TD3Loss(Loss):
     action_spaces = ("continuous",)
     reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
     has_targets = True
+    learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
     def __init__(self, policy: Policy, gamma: float, tau: float = 0.005, policy_delay: int = 2,
                  target_noise: float = 0.2, noise_clip: float = 0.5):

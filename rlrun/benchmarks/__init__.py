@@ -9,4 +9,5 @@ GAE, update), or back to back in child processes (end to end, against
 Stable-Baselines3), so that the numbers survive a shared, noisy machine.
 """
 
-BENCHMARKS = ("collection", "gae", "update", "end_to_end", "cli", "table5", "vmas", "marl_parts")
+BENCHMARKS = ("collection", "gae", "update", "end_to_end", "cli", "table5", "vmas", "marl_parts",
+              "offline_update")

@@ -58,12 +58,13 @@ class OptunaPruning(Hook):
         if self.metric not in metrics:
             return
         if self.report:
-            self._trial.report(float(metrics[self.metric]), step=trainer.frames)
-        # a run that has done all its frames finishes: its final evaluation is the result
-        if trainer.frames < trainer.collector.total_frames and self._trial.should_prune():
+            self._trial.report(float(metrics[self.metric]), step=trainer.clock)
+        # a run that has spent its budget finishes: its final evaluation is the result
+        if not trainer.done and self._trial.should_prune():
             trainer.request_stop("pruned", interrupted=False)
             self._tag(trainer, {"optuna.pruned": "true"})
-            print(f"[rlrun] optuna trial {self.number} pruned at {trainer.frames} frames", file=sys.stderr)
+            print(f"[rlrun] optuna trial {self.number} pruned at {trainer.clock} {trainer.budget.unit}",
+                  file=sys.stderr)
 
     @staticmethod
     def _tag(trainer, tags: dict[str, str]) -> None:

@@ -3,6 +3,7 @@
     rlrun report                          # runs of ./mlflow.db, one cell per config
     rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
     rlrun report table1 --format markdown # report/table.md + PNGs
+    rlrun report table2                   # offline: D4RL-normalised scores beside the paper's
     rlrun report figure2 --out report/    # the paper's Figure 2 (MARL on VMAS): curves + final table
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
     rlrun report --tracking-uri sqlite:///path/mlflow.db --experiment rlrun --format csv --out out/
@@ -145,7 +146,12 @@ def main(argv: list[str]) -> int:
     except ReportError as err:
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         return 2
-    written = write_outputs(report, formats, out, plots=not args.no_plots)
+    if args.table == "table2":  # D4RL-normalised scores beside raw returns (rlrun.report.offline)
+        from rlrun.report.offline import write_outputs as write_table2
+
+        written = write_table2(report, formats, out)
+    else:
+        written = write_outputs(report, formats, out, plots=not args.no_plots)
     if written:
         pngs = sum(p.suffix == ".png" for p in written)
         names = [p.name for p in written if p.suffix != ".png"] + ([f"{pngs} PNG(s)"] if pngs else [])

@@ -15,15 +15,27 @@ from torch import Tensor
 
 from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
-from rlrun.trainer.hooks import Hook, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TrainStats
+from rlrun.trainer.hooks import (
+    DatasetSamples,
+    Hook,
+    LinearLR,
+    OffPolicyReplay,
+    OnPolicyMinibatches,
+    TrainStats,
+)
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation resets with seed + this: never a training env's seed
 
 
-def learning_hooks(loss: Any) -> dict[str, tuple[Hook, str]]:
-    """Hooks that come before the config's: the buffer the loss learns from, the divergence check."""
+def learning_hooks(loss: Any, dataset_keys: frozenset[str] | None = None) -> dict[str, tuple[Hook, str]]:
+    """Hooks that come before the config's: the buffer the loss learns from, the divergence check.
+
+    ``dataset_keys``: the keys of a dataset's samples, for an offline run (None: online).
+    """
     # first in config order: the keys it stores place it after the hooks that write them
-    if loss.on_policy:
+    if dataset_keys is not None:
+        hooks = {"buffer": (DatasetSamples(dataset_keys), "built in: the run learns from dataset=...")}
+    elif loss.on_policy:
         hooks = {"buffer": (OnPolicyMinibatches(loss.reads), "built in: the loss learns on-policy")}
     else:
         hooks = {"buffer": (OffPolicyReplay(loss.reads), "built in: the loss learns off-policy")}
@@ -66,8 +78,11 @@ class DivergenceGuard(Hook):
 
 
 def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
-                    run_dir: Path | None = None) -> dict[str, tuple[Hook, str]]:
-    """Hooks that come after the config's: LR schedule, metrics, evaluation (and its videos)."""
+                    run_dir: Path | None = None, unit: str = "frames") -> dict[str, tuple[Hook, str]]:
+    """Hooks that come after the config's: LR schedule, metrics, evaluation (and its videos).
+
+    ``unit`` is the budget's (frames or updates): evaluation counts its interval in it.
+    """
     hooks: dict[str, tuple[Hook, str]] = {}
     if optimizer.lr_schedule == "linear":
         hooks["linear_lr"] = (LinearLR(), "built in: optim.lr_schedule=linear")
@@ -77,8 +92,9 @@ def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
     if hasattr(eval_env, "n_agents"):  # an agent group (VMAS): evaluated in torch, team returns
         from rlrun.trainer.group_evaluation import GroupEvaluator as evaluator_class
     evaluator = evaluator_class(eval_env, cfg.eval.episodes, seed=seed, device=device)
-    hooks["evaluation"] = (Evaluation(evaluator, cfg.eval.interval_frames, cfg.eval.get("target_return")),
-                           "built in: eval.*")
+    interval = cfg.eval.interval_updates if unit == "updates" else cfg.eval.interval_frames
+    hooks["evaluation"] = (Evaluation(evaluator, interval, cfg.eval.get("target_return")),
+                           f"built in: eval.* (every eval.interval_{unit})")
     if cfg.eval.get("video"):
         from rlrun.video import EvalVideo  # imported only when asked for
 
@@ -89,20 +105,21 @@ def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
 
 
 class Checkpointing(Hook):
-    """Saves a checkpoint every ``interval_frames``; the run saves once more when the loop ends."""
+    """Saves a checkpoint every ``interval`` steps of the budget's clock (frames or updates);
+    the run saves once more when the loop ends."""
 
     after = ("evaluation",)  # the saved evaluation schedule is the one after this batch's
 
-    def __init__(self, save: Callable[[], None], interval_frames: int):
-        self.save, self.interval, self.next_at = save, interval_frames, interval_frames
+    def __init__(self, save: Callable[[], None], interval: int):
+        self.save, self.interval, self.next_at = save, interval, interval
 
     def post_steps_log(self, trainer, batch) -> None:
-        if self.interval > 0 and trainer.frames >= self.next_at:
+        clock = trainer.clock
+        if self.interval > 0 and clock >= self.next_at:
             # the loop's last batch is saved by train() right after the loop: not twice
-            if trainer.frames < trainer.collector.total_frames and not trainer.stop_reason \
-                    and not trainer.diverged:
+            if not trainer.done and not trainer.stop_reason and not trainer.diverged:
                 self.save()
-            while self.next_at <= trainer.frames:
+            while self.next_at <= clock:
                 self.next_at += self.interval
 
     def state_dict(self) -> dict:
@@ -129,4 +146,4 @@ class ProgressHook(Hook):
             info["fps"] = metrics["time/fps"]
         if "eval/episode_return" in metrics:
             info["eval"] = metrics["eval/episode_return"]
-        self.progress.update(trainer.frames, info)
+        self.progress.update(trainer.clock, info)

@@ -58,7 +58,7 @@ class Evaluator:
 
 
 class Evaluation(Hook):
-    """Evaluates every ``interval_frames`` frames and after the last batch.
+    """Evaluates every ``interval`` steps of the budget's clock (frames or updates) and at the end.
 
     Logs ``eval/episode_return`` (mean), ``eval/episode_return_std`` and
     ``eval/episodes`` with the batch's other metrics, then calls the hooks'
@@ -66,10 +66,9 @@ class Evaluation(Hook):
     batch it was made).
     """
 
-    def __init__(self, evaluator: Evaluator, interval_frames: int,
-                 target_return: float | None = None):
-        self.evaluator, self.interval, self.target = evaluator, interval_frames, target_return
-        self.next_at = interval_frames
+    def __init__(self, evaluator: Evaluator, interval: int, target_return: float | None = None):
+        self.evaluator, self.interval, self.target = evaluator, interval, target_return
+        self.next_at = interval
         self.last: dict[str, float] = {}
         self.seconds = 0.0  # wall time spent evaluating, so that training time can be told apart
 
@@ -87,12 +86,12 @@ class Evaluation(Hook):
     def post_steps_log(self, trainer, batch) -> None:
         if trainer.diverged:  # non-finite weights: nothing worth evaluating
             return
-        final = trainer.frames >= trainer.collector.total_frames
-        if final or (self.interval > 0 and trainer.frames >= self.next_at):
+        clock = trainer.clock
+        if trainer.done or (self.interval > 0 and clock >= self.next_at):
             result = self.run(trainer)
             if self.target is not None and result["eval/episode_return"] >= self.target:
                 trainer.request_stop(f"eval return reached {self.target}", interrupted=False)
-            while self.interval > 0 and self.next_at <= trainer.frames:
+            while self.interval > 0 and self.next_at <= clock:
                 self.next_at += self.interval
 
     def state_dict(self) -> dict:

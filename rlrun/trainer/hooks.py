@@ -125,6 +125,26 @@ class OffPolicyReplay(_BufferHook):
             trainer.buffer.update_priority(sub["index"], error)
 
 
+class DatasetSamples(Hook):
+    """Offline learning: each optimisation batch is drawn from the dataset (``trainer.buffer``).
+
+    Wired instead of a replay when the run reads a dataset; the source's batches are
+    empty rounds, so nothing is stored.
+
+    Args:
+        keys: The keys a sample holds (the dataset buffer's ``sample_keys``).
+    """
+
+    def __init__(self, keys: frozenset[str] | tuple[str, ...] = ()):
+        self.keys = tuple(sorted(keys))
+
+    def io(self) -> IO:
+        return {"process_optim_batch": ((), self.keys)}
+
+    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        return trainer.buffer.sample()
+
+
 @register("hook", "gae")
 class GAE(Hook):
     """Writes ``advantage`` and ``value_target`` into the batch with the current value critic.
@@ -225,6 +245,7 @@ class TrainStats(Hook):
         self._n = 0
         self._last_time: float | None = None
         self._last_frames = 0
+        self._last_updates = 0
         self.recent_returns: list[float] = []
 
     def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None:
@@ -248,8 +269,11 @@ class TrainStats(Hook):
             metrics[f"train/grad_norm_{g}"] = float(norm)
         now = trainer.wall_time
         if self._last_time is not None and now > self._last_time:
-            metrics["time/fps"] = (trainer.frames - self._last_frames) / (now - self._last_time)
-        self._last_time, self._last_frames = now, trainer.frames
+            seconds = now - self._last_time
+            if trainer.frames > self._last_frames:  # an offline round collects nothing
+                metrics["time/fps"] = (trainer.frames - self._last_frames) / seconds
+            metrics["time/updates_per_s"] = (trainer.optim_steps - self._last_updates) / seconds
+        self._last_time, self._last_frames, self._last_updates = now, trainer.frames, trainer.optim_steps
         metrics["time/wall_s"] = now
         metrics["train/optim_steps"] = float(trainer.optim_steps)
         self._sums, self._n = {}, 0

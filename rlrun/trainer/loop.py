@@ -3,7 +3,7 @@
 Algorithms differ only by the components and hooks a config selects. Hook
 points, in order::
 
-    for batch in collector:
+    for batch in source:                        # a collector, a dataset, or a schedule of both
         batch = process_batch(batch)            # extend buffer, reward transforms
         pre_steps_log(batch)                    # train returns, fps
         for epoch in range(epochs_per_batch):
@@ -18,17 +18,29 @@ points, in order::
         collector.update_policy_weights()       # workers act with the new weights
         post_steps_log(batch)                   # eval, checkpoint, metrics
             post_eval(metrics)                  # after each evaluation, from the evaluation hook
+
+The budget counts env frames (online) or optimiser steps (offline, ``total_updates``);
+``trainer.clock`` is the count in the budget's unit, and every interval counts in it.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from tensordict import TensorDict
 
 from rlrun.trainer.hooks import HOOK_POINTS, Hook
 from rlrun.trainer.wiring import plan
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run's length counts: env ``frames`` or optimiser ``updates``, and how many."""
+
+    unit: Literal["frames", "updates"]
+    total: int
 
 
 class Trainer:
@@ -38,7 +50,8 @@ class Trainer:
     ``collector``, ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
 
     Args:
-        collector: Iterable of batches with ``frames`` and ``total_frames``.
+        collector: The data source: iterable of batches with ``frames`` (a collector, a
+            ``DatasetSource`` yielding one empty batch per round of updates, or a schedule).
         loss: Module mapping a TensorDict to a dict of losses and diagnostics.
         optimizer: An ``OptimizerStep``.
         hooks: Named hooks in config order; each point runs them in the order
@@ -51,16 +64,20 @@ class Trainer:
         policy: The acting policy (networks, normaliser), shared with the loss.
         provided: Keys the collector's batches hold, for checking the hooks' declarations
             (None: not checked).
+        budget: The run's length (None: the collector's ``total_frames``). An update budget
+            ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
 
     def __init__(self, collector: Any, loss: Any, optimizer: Any, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
                  learning_starts: int = 0, buffer: Any = None, logger: Any = None,
-                 policy: Any = None, provided: set[str] | None = None):
+                 policy: Any = None, provided: set[str] | None = None, budget: Budget | None = None):
         self.collector, self.loss, self.optimizer, self.policy = collector, loss, optimizer, policy
         self.buffer, self.logger, self.hooks = buffer, logger, hooks
         self.epochs_per_batch, self.optim_steps_per_epoch = epochs_per_batch, optim_steps_per_epoch
         self.learning_starts = learning_starts
+        self.budget = budget if budget is not None else Budget("frames", collector.total_frames)
+        self._max_updates = self.budget.total if self.budget.unit == "updates" else None
         self.optim_steps = 0
         self.batches = 0
         self.elapsed_before = 0.0  # wall time of earlier sessions of a resumed run
@@ -79,9 +96,19 @@ class Trainer:
         return self.collector.frames
 
     @property
+    def clock(self) -> int:
+        """Progress in the budget's unit: env frames, or optimiser steps for an update budget."""
+        return self.optim_steps if self._max_updates is not None else self.collector.frames
+
+    @property
+    def done(self) -> bool:
+        """The budget is spent (the run's last batch is being finished)."""
+        return self.clock >= self.budget.total
+
+    @property
     def progress(self) -> float:
         """Fraction of the budget done, in [0, 1] (schedules anneal with it)."""
-        return self.frames / self.collector.total_frames
+        return min(1.0, self.clock / self.budget.total)
 
     @property
     def pending_metrics(self) -> dict[str, float]:
@@ -93,6 +120,8 @@ class Trainer:
         return self.elapsed_before + time.perf_counter() - self._start
 
     def train(self) -> None:
+        if self.done:
+            return
         for batch in self.collector:
             self.batches += 1
             batch = self._chain("process_batch", batch)
@@ -100,7 +129,7 @@ class Trainer:
             if self.frames >= self.learning_starts:
                 for _ in range(self.epochs_per_batch):
                     self.call_hooks("pre_epoch", batch)
-                    for _ in range(self.optim_steps_per_epoch):
+                    for _ in range(self._steps_this_epoch()):
                         sub = self._chain("process_optim_batch", batch)
                         losses = self.loss(sub)
                         self.call_hooks("post_loss", sub, losses)
@@ -112,16 +141,23 @@ class Trainer:
                 self._push_weights()  # collectors with worker processes act with the new weights next
             self.call_hooks("post_steps_log", batch)
             self.flush_metrics()
-            if self.stop_reason:
+            if self.stop_reason or (self._max_updates is not None and self.done):
                 break
 
+    def _steps_this_epoch(self) -> int:
+        if self._max_updates is None:
+            return self.optim_steps_per_epoch
+        return max(0, min(self.optim_steps_per_epoch, self._max_updates - self.optim_steps))
+
     def log(self, metrics: dict[str, float]) -> None:
-        """Queues metrics; they reach the logger once per batch, stamped with ``frames``."""
+        """Queues metrics; they reach the logger once per batch, stamped with ``frames`` and
+        ``updates``, at the step of the budget's clock."""
         self._metrics.update(metrics)
 
     def flush_metrics(self) -> None:
         if self._metrics and self.logger is not None:
-            self.logger.log_metrics({**self._metrics, "frames": self.frames}, step=self.frames)
+            self.logger.log_metrics({**self._metrics, "frames": self.frames, "updates": self.optim_steps},
+                                    step=self.clock)
         self._metrics = {}
 
     def request_stop(self, reason: str, interrupted: bool = True) -> None:

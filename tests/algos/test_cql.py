@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.cql import CQLLoss
+from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import TwinQCritic
+from rlrun.policy import Policy
 
 OBS = [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]]
 ACT = [[0.5, -0.5], [-0.9, 0.1], [0.0, 0.3]]
@@ -48,7 +51,8 @@ def set_q(critic, w, b):
 def build(**kw) -> CQLLoss:
     critic = TwinQCritic(2, 2, [], "relu")
     set_q(critic, TQW, TQB)
-    loss = CQLLoss(FixedActor(), critic, action_dim=2, n_actions=N_ACT, **kw)
+    kw.setdefault("gamma", 0.99)
+    loss = CQLLoss(Policy(FixedActor(), critic), EnvSpec((2,), np.float32, False, 2), n_actions=N_ACT, **kw)
     set_q(critic, QW, QB)
     return loss
 

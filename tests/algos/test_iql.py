@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.iql import IQLLoss, expectile_loss
+from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
+from rlrun.policy import Policy
 
 OBS = [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0], [0.5, 0.5]]
 ACT = [[0.5], [-0.9], [0.0], [0.2]]
@@ -60,7 +63,9 @@ def build(head: str, **kw) -> IQLLoss:
     vnet = nn.Linear(2, 1)
     with torch.no_grad():
         vnet.weight.copy_(torch.tensor([VW])), vnet.bias.fill_(VB)
-    loss = IQLLoss(actor, critic, ValueCritic(vnet), **kw)
+    kw.setdefault("gamma", 0.99)
+    loss = IQLLoss(Policy(actor, critic), EnvSpec((2,), np.float32, False, 1), **kw)
+    loss.value = ValueCritic(vnet)  # fixed weights in place of the loss's own MLP
     set_q(critic, QW, QB)  # online now differs from the target copy
     return loss
 

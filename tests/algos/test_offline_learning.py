@@ -11,14 +11,19 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 from rlrun.algos.cql import CQLLoss
 from rlrun.algos.iql import IQLLoss
 from rlrun.datasets.transitions import TransitionSampler
-from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic, mlp
+from rlrun.envs.gym import EnvSpec
+from rlrun.modules.networks import Actor, TwinQCritic, mlp
+from rlrun.policy import Policy
 from rlrun.trainer.optim import OptimizerStep
+
+SPEC = EnvSpec((2,), np.float32, False, 1)
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +69,7 @@ def test_iql_extracts_better_actions_than_the_data_and_than_cloning():
     data = bandit_data()
     assert float(data.reward.mean()) < -0.4
     actor = Actor(mlp(2, [64, 64], 1, "relu"), "normal", 1)
-    loss = IQLLoss(actor, TwinQCritic(2, 1, [64, 64]), ValueCritic(mlp(2, [64, 64], 1, "relu")),
+    loss = IQLLoss(Policy(actor, TwinQCritic(2, 1, [64, 64])), SPEC, gamma=0.99, value_hidden=[64, 64],
                    expectile=0.9, beta=10.0)
     train(loss, 500)
     assert score(actor) > -0.03  # measured -0.001 (behaviour cloning, beta=0: -0.107)
@@ -75,6 +80,6 @@ def test_iql_extracts_better_actions_than_the_data_and_than_cloning():
 def test_cql_extracts_better_actions_than_the_data_and_than_cloning():
     torch.manual_seed(0)
     actor = Actor(mlp(2, [32, 32], 2, "relu"), "tanh_normal", 1)
-    loss = CQLLoss(actor, TwinQCritic(2, 1, [32, 32]), action_dim=1, cql_alpha=1.0, n_actions=4)
+    loss = CQLLoss(Policy(actor, TwinQCritic(2, 1, [32, 32])), SPEC, gamma=0.99, cql_alpha=1.0, n_actions=4)
     train(loss, 400, lr=3e-3)
     assert score(actor) > -0.03  # measured -0.007

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from dataset_fakes import random_dataset
 from omegaconf import OmegaConf
 
 from rlrun.build import build_run
@@ -19,6 +20,7 @@ GROUPS = config_groups()
 ALGOS, ENVS = GROUPS["algo"], GROUPS["env"]
 CONTINUOUS_ONLY = {"sac", "td3", "ddpg"}
 DISCRETE_ONLY = {"dqn"}
+OFFLINE = {"iql", "cql"}  # learn from a dataset
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
 MARL_ALGOS = {"mappo", "ippo", "maddpg", "iddpg", "marl_iql", "vdn", "qmix"}  # agent groups: VMAS envs only
@@ -44,13 +46,19 @@ def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
     if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
         pytest.skip(f"{algo} does not fit {env}'s action space")
     overrides = [f"algo={algo}", f"env={env}"]
+    if algo in OFFLINE:  # any dataset of the env's spaces will do
+        if env in DISCRETE_ENVS:
+            pytest.skip(f"{algo} does not fit {env}'s action space")
+        env_id = composed(*overrides, "dataset=x/y-v0").env.id
+        random_dataset(env_id, f"test/{env}/random-v0", tmp_path / "data", episodes=2, max_steps=20)
+        overrides += [f"dataset=test/{env}/random-v0", f"dataset_root={tmp_path / 'data'}"]
     if env in ATARI_ENVS:  # pixel observations: the CNN variant of the algo's model
         pytest.importorskip("ale_py")
         pytest.importorskip("cv2")
         overrides.append(f"model={CNN_MODELS[algo]}")
     cfg = composed(*overrides, "eval.episodes=1")
     validate(cfg)
-    if cfg.buffer.capacity is not None:  # the real size is allocated lazily, but keep it small
+    if cfg.buffer.get("capacity") is not None:  # the real size is allocated lazily, but keep it small
         cfg.buffer.capacity = max(1000, cfg.collector.frames_per_batch)
     run = build_run(cfg, tmp_path, torch.device("cpu"))
     try:

@@ -30,6 +30,14 @@ class FakeTrainer:
         self.diverged = what
 
     @property
+    def clock(self):
+        return self.frames
+
+    @property
+    def done(self):
+        return self.frames >= self.collector.total_frames
+
+    @property
     def pending_metrics(self):
         return dict(self.metrics)
 

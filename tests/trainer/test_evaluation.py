@@ -38,7 +38,7 @@ def _train(interval: int, batches: int = 5):
     evaluator, listener = FramesEvaluator(), Listener()
     policy = SimpleNamespace(act=None)
     # the listener comes first, as hooks from a config do, and still sees each result in its batch
-    hooks = {"listener": listener, "evaluation": Evaluation(evaluator, interval_frames=interval)}
+    hooks = {"listener": listener, "evaluation": Evaluation(evaluator, interval=interval)}
     trainer = Trainer(FakeCollector(batches), None, None, hooks, epochs_per_batch=0,
                       logger=FakeLogger(), policy=policy)
     evaluator.trainer = trainer

@@ -375,7 +375,7 @@ def test_evaluation_uses_the_deterministic_act_raw_rewards_and_per_env_quotas(
     logged, seen = [], []
     trainer = SimpleNamespace(policy=two_faced_policy(), log=logged.append,
                               call_hooks=lambda point, m: seen.append((point, m)))
-    evaluation = Evaluation(Evaluator(env, episodes, seed=10), interval_frames=0)
+    evaluation = Evaluation(Evaluator(env, episodes, seed=10), interval=0)
     for _ in range(2):  # every evaluation resets with the same seed: the same result
         result = evaluation.run(trainer)
         assert result["eval/episode_return"] == pytest.approx(np.mean(returns))
@@ -428,6 +428,14 @@ class EvalTrainer(SimpleNamespace):
         super().__init__(frames=frames, collector=SimpleNamespace(total_frames=total),
                          policy=two_faced_policy(), stops=[], logged=[], diverged=None)
 
+    @property
+    def clock(self):
+        return self.frames
+
+    @property
+    def done(self):
+        return self.frames >= self.collector.total_frames
+
     def log(self, metrics):
         self.logged.append(metrics)
 
@@ -442,7 +450,7 @@ class EvalTrainer(SimpleNamespace):
 def test_evaluation_stops_a_run_that_reaches_its_target_as_a_normal_end(value, stops):
     from rlrun.trainer.evaluation import Evaluation
 
-    evaluation = Evaluation(ConstantEvaluator(value), interval_frames=10, target_return=200.0)
+    evaluation = Evaluation(ConstantEvaluator(value), interval=10, target_return=200.0)
     trainer = EvalTrainer(frames=10, total=100)
     evaluation.post_steps_log(trainer, None)
     assert trainer.stops == stops
@@ -452,7 +460,7 @@ def test_evaluation_every_batch_with_interval_one_and_schedule_state():
     from rlrun.trainer.evaluation import Evaluation
 
     evaluator = ConstantEvaluator(1.0)
-    evaluation = Evaluation(evaluator, interval_frames=1)
+    evaluation = Evaluation(evaluator, interval=1)
     trainer = EvalTrainer(frames=0, total=100)
     for frames in (3, 6, 9):
         trainer.frames = frames
@@ -461,7 +469,7 @@ def test_evaluation_every_batch_with_interval_one_and_schedule_state():
     seconds = evaluation.seconds
     assert 0 < seconds == trainer.logged[-1]["eval/time_total_s"] < 60  # a duration, not a clock reading
     assert trainer.logged[0]["eval/time_total_s"] < seconds  # accumulated over evaluations
-    restored = Evaluation(ConstantEvaluator(1.0), interval_frames=1)
+    restored = Evaluation(ConstantEvaluator(1.0), interval=1)
     restored.load_state_dict(evaluation.state_dict())
     assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
 

@@ -159,15 +159,15 @@ def test_request_stop_for_a_goal_is_not_an_interruption():
     assert trainer.stop_reason == "goal" and not trainer.interrupted
 
 
-def test_metrics_reach_the_logger_once_per_batch_stamped_with_frames():
+def test_metrics_reach_the_logger_once_per_batch_stamped_with_frames_and_updates():
     logger = FakeLogger()
     trainer = Trainer(FakeCollector(3), FakeLoss([]), FakeOptimizer([]), {"m": LogsEverywhere()},
                       epochs_per_batch=1, optim_steps_per_epoch=2, logger=logger)
     trainer.train()
     assert logger.calls == [
-        ({"step_metric": 1.0, "shared": 1.0, "frames": 10}, 10),
-        ({"step_metric": 3.0, "shared": 2.0, "frames": 20}, 20),
-        ({"step_metric": 5.0, "shared": 3.0, "frames": 30}, 30),
+        ({"step_metric": 1.0, "shared": 1.0, "frames": 10, "updates": 2}, 10),
+        ({"step_metric": 3.0, "shared": 2.0, "frames": 20, "updates": 4}, 20),
+        ({"step_metric": 5.0, "shared": 3.0, "frames": 30, "updates": 6}, 30),
     ]
 
 
