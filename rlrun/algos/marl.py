@@ -89,6 +89,8 @@ class GroupQLoss(Loss):
     action_spaces = ("discrete",)
     multi_agent = True
     has_targets = True
+    reads = ("agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
+             "next.terminated")  # QMIX adds the global state (state, next.state)
 
     def __init__(self, policy: GroupPolicy, spec: Any, gamma: float, mixer: str = "none",
                  double: bool = True, loss: str = "l2", tau: Fraction = 0.005):
@@ -96,9 +98,8 @@ class GroupQLoss(Loss):
         state = spec.state_shape[0] if getattr(spec, "state_shape", ()) else None
         self.td = MultiAgentQLoss(policy.critic, make_q_mixer(mixer, spec.n_agents, state), gamma, double,
                                   loss, tau)
-        self.reads = ("agents.observation", "agents.action", "next.agents.observation",
-                      "next.agents.reward", "next.terminated",
-                      *(("state", "next.state") if mixer == "qmix" else ()))
+        if mixer == "qmix":
+            self.reads = (*type(self).reads, "state", "next.state")
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         mixer = self.td.mixer
