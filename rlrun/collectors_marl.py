@@ -84,8 +84,12 @@ class VmasCollector(SyncCollector):
         dev, agents = env.device, env.n_agents
         obs_buf = torch.empty((n, steps, *obs.shape[1:]), dtype=obs.dtype, device=dev)
         next_buf = torch.empty_like(obs_buf)
-        state_buf = torch.empty((n, steps, *state.shape[1:]), dtype=state.dtype, device=dev)
-        next_state_buf = torch.empty_like(state_buf)
+        copy_state = not env.state_is_observations
+        if copy_state:
+            state_buf = torch.empty((n, steps, *state.shape[1:]), dtype=state.dtype, device=dev)
+            next_state_buf = torch.empty_like(state_buf)
+        else:  # the state is the observations flattened: views of their buffers, written once
+            state_buf, next_state_buf = obs_buf.flatten(-2), next_buf.flatten(-2)
         rew_buf = torch.empty((n, steps, agents, 1), device=dev)
         term_buf = torch.empty((n, steps, 1), dtype=torch.bool, device=dev)
         trunc_buf = torch.empty_like(term_buf)
@@ -104,7 +108,8 @@ class VmasCollector(SyncCollector):
                 action = outs["action"][:, t]
                 step = env.step(action if same_device else action.to(dev))
                 obs_buf[:, t], next_buf[:, t] = obs, step.next_obs
-                state_buf[:, t], next_state_buf[:, t] = state, step.next_state
+                if copy_state:
+                    state_buf[:, t], next_state_buf[:, t] = state, step.next_state
                 rew_buf[:, t, :, 0] = step.reward
                 term_buf[:, t, 0], trunc_buf[:, t, 0] = step.terminated, step.truncated
                 obs, state = step.obs, step.state

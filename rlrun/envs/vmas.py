@@ -190,6 +190,11 @@ class VmasEnv:
                     f"scenario {self.scenario!r} does not discretise into 3 x 3 movement actions",
                     key="env.discrete_actions", fix="set env.discrete_actions=9 (VMAS's own action set)")
 
+    @property
+    def state_is_observations(self) -> bool:
+        """True when the global state is the agents' observations flattened (no scenario ``state()``)."""
+        return not self._has_state
+
     def reset(self, seed: int | None = None) -> Tensor:
         """Resets every sub-env; returns observations ``[num_envs, n_agents, obs_dim]``."""
         return torch.stack(self.env.reset(seed=seed), dim=1)
