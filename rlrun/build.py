@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.agent_groups import check_agent_groups
 from rlrun.contracts import COLLECTED_KEYS
 from rlrun.errors import ConfigError
 from rlrun.registry import build
@@ -83,6 +84,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
     The order is fixed (it decides which draws of the global RNG initialise
     which network), so that a seed gives the same run every time.
     """
+    check_agent_groups(cfg)
     offline = cfg.get("dataset") is not None
     eval_env_cfg = {**OmegaConf.to_container(cfg.env, resolve=True),
                     "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}
@@ -143,7 +145,8 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
             f"{cfg.total_frames}: it would never train", key="total_frames",
             fix=f"raise total_frames above {learning_starts}, or lower collector.init_random_frames "
             "(and trainer.learning_starts if set)")
-    provided = set(COLLECTED_KEYS) | policy.behaviour_keys(cfg.collector.get("explore", True))
+    collected = getattr(collector, "collected_keys", COLLECTED_KEYS)  # an agent group's live under "agents"
+    provided = set(collected) | policy.behaviour_keys(cfg.collector.get("explore", True))
     return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, provided,
                cfg.trainer.epochs_per_batch, steps, learning_starts, budget)
 

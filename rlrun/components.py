@@ -7,11 +7,11 @@ its module and its ``conf/algo`` YAML, with no list to edit here.
 import importlib
 import pkgutil
 
-from rlrun import algos, collectors, collectors_multi, exploration, sources, tracking  # noqa: F401
+from rlrun import algos, collectors, collectors_marl, collectors_multi, exploration, sources, tracking  # noqa: F401
 from rlrun.buffers import factory  # noqa: F401
-from rlrun.envs import atari, gym  # noqa: F401
+from rlrun.envs import atari, gym, vmas  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401
-from rlrun.modules import cnn, models  # noqa: F401
+from rlrun.modules import cnn, group_models, models  # noqa: F401
 from rlrun.trainer import hooks, optim  # noqa: F401
 
 for _module in pkgutil.iter_modules(algos.__path__):

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.agent_groups import check_agent_groups
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import (
     Fraction,
@@ -71,8 +72,8 @@ class PaperSection:
     table: str
     algo: str
     env: str
-    reference_mean: float
-    reference_std: NonNegativeFloat
+    reference_mean: float | None  # None: the paper reports curves only (Figure 2)
+    reference_std: NonNegativeFloat | None
     budget_frames: PositiveInt | None = None   # online tables (Table 1)
     budget_updates: PositiveInt | None = None  # offline tables (Table 2): gradient updates
 
@@ -125,6 +126,7 @@ def validate_sections(cfg: DictConfig | dict) -> None:
         unresolved = []
     components = {k: cfg[k] for k in COMPONENT_SECTIONS if k in cfg}
     check_dataclass(RunConfig, {k: v for k, v in cfg.items() if k not in components}, "")
+    check_agent_groups(components)  # before the env's options: a misfit algorithm sets options it lacks
     for section, kind in COMPONENT_SECTIONS.items():
         if components.get(section) is not None:
             check_component(kind, components[section], section)

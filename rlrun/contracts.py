@@ -52,6 +52,7 @@ class Loss(nn.Module):
         has_targets: Keeps target networks that ``update_targets`` moves
             (the ``target_update`` hook calls it).
         learns_from: ``"collector"`` (online) and/or ``"dataset"`` (offline, ``dataset=<id>``).
+        multi_agent: Trains an agent group (keys under ``agents``); needs a multi-agent env.
     """
 
     on_policy: ClassVar[bool] = False
@@ -59,6 +60,7 @@ class Loss(nn.Module):
     action_spaces: ClassVar[tuple[str, ...]] = ("discrete", "continuous")
     reads: ClassVar[tuple[str, ...]] = ("observation", "action")
     has_targets: ClassVar[bool] = False
+    multi_agent: ClassVar[bool] = False
 
     def __init__(self, policy: nn.Module):
         super().__init__()

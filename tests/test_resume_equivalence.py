@@ -18,6 +18,7 @@ end the schedules, counters and learning rates agree.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -54,8 +55,18 @@ CONFIGS = {
         "collector.frames_per_batch=64", "buffer.batch_size=32", "trainer.epochs_per_batch=2",
         "eval.interval_frames=96", "checkpoint.interval_frames=160"],
 }
+# Agent groups on VMAS (skipped without vmas): the same loop, the same checkpoint, keys under "agents"
+VMAS_SMALL = [*SMALL, "env=vmas/navigation", "env.num_envs=4", "env.max_steps=10", "total_frames=400",
+              "collector.frames_per_batch=40", "eval.interval_frames=80", "checkpoint.interval_frames=120"]
+if importlib.util.find_spec("vmas") is not None:
+    CONFIGS["qmix_vmas"] = ["algo=qmix", *VMAS_SMALL, "trainer.epochs_per_batch=1",
+                            "trainer.optim_steps_per_epoch=2", "buffer.batch_size=16", "buffer.capacity=1000",
+                            "exploration.annealing_frames=200", "hooks.target_update.interval_updates=3"]
+    CONFIGS["mappo_vmas"] = ["algo=mappo", *VMAS_SMALL, "optim.lr_schedule=linear", "buffer.batch_size=20",
+                             "trainer.epochs_per_batch=2"]
 WRITER_SEED = 777
-STOP_AT = {"sac_prioritized": 150, "ddpg_ou": 150, "td3_gaussian": 150, "ppo_normalizer_linear_lr": 256}
+STOP_AT = {"sac_prioritized": 150, "ddpg_ou": 150, "td3_gaussian": 150, "ppo_normalizer_linear_lr": 256,
+           "qmix_vmas": 160, "mappo_vmas": 160}
 BASE = ["models", "optimizer", "lr", "rng", "buffer", "priorities", "collector", "counters",
         "hook:evaluation", "hook:checkpoint"]
 COMPONENTS = {
@@ -63,10 +74,13 @@ COMPONENTS = {
     "ddpg_ou": [*BASE, "hook:target_update", "exploration"],
     "td3_gaussian": [*BASE, "hook:target_update", "exploration"],
     "ppo_normalizer_linear_lr": BASE,
+    "qmix_vmas": [*BASE, "hook:target_update", "exploration"],
+    "mappo_vmas": BASE,
 }
 # a constant learning rate, and a uniform sampler (no state), are the same in a fresh run
 INSENSITIVE = {"sac_prioritized": {"lr"}, "ddpg_ou": {"lr", "priorities"},
-               "td3_gaussian": {"lr", "priorities"}, "ppo_normalizer_linear_lr": set()}
+               "td3_gaussian": {"lr", "priorities"}, "ppo_normalizer_linear_lr": set(),
+               "qmix_vmas": {"lr", "priorities"}, "mappo_vmas": set()}
 
 
 def _build_only(cfg, run_dir: Path) -> dict:

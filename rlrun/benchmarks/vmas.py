@@ -8,6 +8,10 @@ episode and both sides reset), 3 agents, continuous actions:
 - *rlrun*: ``VmasEnv.step`` (actions stacked ``[envs, agents, 2]``; observations and
   rewards stacked along the agent dim; terminated/truncated apart; the true final
   observation kept and ended envs reset).
+- *collector*: rlrun's ``VmasCollector`` (what a MARL run collects with) over that env,
+  one 100-step batch per repetition into its preallocated ``[envs, 100]`` TensorDict
+  (per-agent data under ``agents``, the global state, episode statistics, trajectory ids),
+  with a random policy.
 - *bare*: ``vmas.make_env`` stepped with a list of per-agent action tensors, as VMAS's
   README does, then one ``env.reset()`` after the last step.
 
@@ -30,6 +34,9 @@ from rlrun.benchmarks.common import median, ratio, table
 SCENARIO, N_AGENTS, STEPS = "simple_spread", 3, 100
 # The paper's Table 3 (one A100, TorchRL), for the rows printed beside ours.
 PAPER = {1: 127, 3334: 263848, 6667: 398304, 10000: 529872}
+# num_envs measured: 1 to 10000 (a 100-step repetition at 10000 envs takes seconds on one core;
+# memory is not the limit on this machine, time is)
+SIZES = (1, 10, 100, 1000, 3334, 10000)
 
 
 def _bare(num_envs: int):
@@ -63,6 +70,26 @@ def _rlrun(num_envs: int):
     return rollout
 
 
+def _collector(num_envs: int):
+    from rlrun.collectors_marl import VmasCollector
+    from rlrun.envs.vmas import VmasEnv
+
+    env = VmasEnv(SCENARIO, num_envs=num_envs, max_steps=STEPS, seed=0, n_agents=N_AGENTS)
+    dim = env.spec.action_dim
+
+    def policy(obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"action": torch.rand(num_envs, N_AGENTS, dim) * 2 - 1}
+
+    frames = num_envs * STEPS
+    coll = VmasCollector(env, policy, frames_per_batch=frames, total_frames=10**12)
+
+    def rollout() -> None:
+        batch = coll.collect()
+        assert bool(batch["next", "truncated"][:, -1].all())  # the 100th step ended every episode
+
+    return rollout
+
+
 def _interleave_two_clocks(cases: dict[str, Callable[[], None]], reps: int) -> dict[str, dict]:
     """``common.interleave``'s alternating order, timing wall clock and process CPU time."""
     for fn in cases.values():
@@ -82,32 +109,42 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
     if importlib.util.find_spec("vmas") is None:
         return {"skipped": "vmas is not installed (pip install 'rlrun[marl]')", "rows": []}
     reps = reps or (2 if quick else 5)
-    sizes = [1, 10] if quick else [1, 10, 100, 1000]
+    sizes = [1, 10] if quick else list(SIZES)
     rows, raw = [], {}
     for n in sizes:
-        times = _interleave_two_clocks({"rlrun": _rlrun(n), "bare": _bare(n)}, reps)
+        times = _interleave_two_clocks({"rlrun": _rlrun(n), "collector": _collector(n), "bare": _bare(n)},
+                                       reps)
         raw[n] = times
         frames = n * STEPS
         # time ratio bare/rlrun = frames/s ratio rlrun/bare
         r = ratio(times["bare"]["wall"], times["rlrun"]["wall"])
+        c = ratio(times["bare"]["wall"], times["collector"]["wall"])
         rows.append({"envs": n, "rlrun_fps": frames / median(times["rlrun"]["wall"]),
+                     "collector_fps": frames / median(times["collector"]["wall"]),
                      "bare_fps": frames / median(times["bare"]["wall"]), "ratio": r["median"],
                      "min": r["min"], "max": r["max"],
                      "cpu_ratio": ratio(times["bare"]["cpu"], times["rlrun"]["cpu"])["median"],
+                     "collector_ratio": c["median"], "collector_min": c["min"],
+                     "collector_cpu_ratio": ratio(times["bare"]["cpu"], times["collector"]["cpu"])["median"],
                      "paper_fps": PAPER.get(n)})
     growth = rows[-1]["rlrun_fps"] / rows[0]["rlrun_fps"]
-    notes = [f"rlrun frames/s grow {growth:.0f}x from {sizes[0]} to {sizes[-1]} envs.",
+    growth_collector = rows[-1]["collector_fps"] / rows[0]["collector_fps"]
+    notes = [f"rlrun frames/s grow {growth:.0f}x (env) and {growth_collector:.0f}x (collector) from "
+             f"{sizes[0]} to {sizes[-1]} envs.",
              f"{SCENARIO}, {N_AGENTS} agents, {STEPS} steps per repetition, {reps} interleaved "
              "repetitions; ours on this machine's CPU (1 torch thread), the paper's column on one A100 "
              "(TorchRL, only at the env counts it measured)."]
     return {"workload": {"scenario": SCENARIO, "agents": N_AGENTS, "steps": STEPS, "reps": reps},
-            "rows": rows, "growth": growth, "notes": notes, "times_s": raw}
+            "rows": rows, "growth": growth, "growth_collector": growth_collector, "notes": notes,
+            "times_s": raw}
 
 
 def render(result: dict) -> str:
     if result.get("skipped"):
         return f"skipped: {result['skipped']}"
-    cols = [("envs", "envs", "d"), ("rlrun_fps", "rlrun fps", ".0f"), ("bare_fps", "bare fps", ".0f"),
-            ("ratio", "rlrun/bare", ".2f"), ("min", "min", ".2f"), ("max", "max", ".2f"),
-            ("cpu_ratio", "cpu ratio", ".2f"), ("paper_fps", "paper fps (A100)", "d")]
+    cols = [("envs", "envs", "d"), ("bare_fps", "bare fps", ".0f"), ("rlrun_fps", "env fps", ".0f"),
+            ("ratio", "env/bare", ".2f"), ("cpu_ratio", "cpu", ".2f"),
+            ("collector_fps", "collector fps", ".0f"), ("collector_ratio", "collector/bare", ".2f"),
+            ("collector_min", "min", ".2f"), ("collector_cpu_ratio", "cpu", ".2f"),
+            ("paper_fps", "paper fps (A100)", "d")]
     return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])

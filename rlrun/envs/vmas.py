@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from rlrun.errors import ConfigError, did_you_mean
+from rlrun.registry import PositiveInt, register
 
 # The paper's Q-learning runs (Table 10) used "VMAS's default discretization: 5 actions
 # (up, down, left, right, stay)": VMAS before 1.4 mapped a Discrete(5) action to
@@ -189,6 +190,11 @@ class VmasEnv:
                     f"scenario {self.scenario!r} does not discretise into 3 x 3 movement actions",
                     key="env.discrete_actions", fix="set env.discrete_actions=9 (VMAS's own action set)")
 
+    @property
+    def state_is_observations(self) -> bool:
+        """True when the global state is the agents' observations flattened (no scenario ``state()``)."""
+        return not self._has_state
+
     def reset(self, seed: int | None = None) -> Tensor:
         """Resets every sub-env; returns observations ``[num_envs, n_agents, obs_dim]``."""
         return torch.stack(self.env.reset(seed=seed), dim=1)
@@ -246,3 +252,22 @@ class VmasEnv:
         viewer = getattr(self.env, "viewer", None)
         if viewer is not None:
             viewer.close()
+
+
+@register("env", "vmas")
+def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3,
+                  max_steps: PositiveInt | None = 100, continuous_actions: bool = True,
+                  discrete_actions: int = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
+                  scenario_kwargs: dict | None = None) -> VmasEnv:
+    """A VMAS scenario (``id``: navigation, balance, sampling, ...) as one agent group, batched in torch.
+
+    ``continuous_actions: false`` gives discrete actions (the Q family); ``discrete_actions``
+    is 5 (the paper's set) or 9 (VMAS 1.5.2's). Episodes are seeded by the collector.
+    Needs ``pip install 'rlrun[marl]'``.
+    """
+    return VmasEnv(id, num_envs=num_envs, device=device, continuous_actions=continuous_actions,
+                   max_steps=max_steps, n_agents=n_agents, discrete_actions=discrete_actions,
+                   **(scenario_kwargs or {}))
+
+
+make_vmas_env.multi_agent = True  # the env is an agent group: only multi-agent algorithms take it

@@ -115,6 +115,8 @@ class GroupActor(nn.Module):
         init_log_std: Initial log std of the normal head.
     """
 
+    explore_keys = ("action", "sample_log_prob")  # what ``explore`` writes (per agent)
+
     def __init__(self, net: GroupMLP, head: str, action_dim: int, init_log_std: float = 0.0):
         super().__init__()
         if head not in ("categorical", "normal"):

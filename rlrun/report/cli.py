@@ -4,6 +4,7 @@
     rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
     rlrun report table1 --format markdown # report/table.md + PNGs
     rlrun report table2                   # offline: D4RL-normalised scores beside the paper's
+    rlrun report figure2 --out report/    # the paper's Figure 2 (MARL on VMAS): curves + final table
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
     rlrun report --tracking-uri sqlite:///path/mlflow.db --experiment rlrun --format csv --out out/
 """
@@ -116,6 +117,10 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
 
 def main(argv: list[str]) -> int:
     """Runs ``rlrun report``; returns the exit code (2 for bad input)."""
+    if argv[:1] == ["figure2"]:  # the paper's Figure 2 (MARL curves): a report of its own
+        from rlrun.report.figure2 import main as figure2
+
+        return figure2(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -23,6 +23,8 @@ DISCRETE_ONLY = {"dqn"}
 OFFLINE = {"iql", "cql"}  # learn from a dataset
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
+MARL_ALGOS = {"mappo", "ippo", "maddpg", "iddpg", "marl_iql", "vdn", "qmix"}  # agent groups: VMAS envs only
+VMAS_ENVS = {e for e in ENVS if e.startswith("vmas/")}
 CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn",
               "dqn": "qnet_cnn", "impala": "actor_critic_cnn"}
 
@@ -39,6 +41,8 @@ def composed(*overrides: str):
 
 @pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
 def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
+    if (algo in MARL_ALGOS) != (env in VMAS_ENVS):
+        pytest.skip(f"{algo} and {env} are not both multi-agent (tests/test_marl_errors.py)")
     if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
         pytest.skip(f"{algo} does not fit {env}'s action space")
     overrides = [f"algo={algo}", f"env={env}"]

@@ -1,0 +1,213 @@
+"""The multi-agent algorithms as registered losses on the one loop: MAPPO/IPPO, MADDPG/IDDPG, IQL/VDN/QMIX.
+
+Each wraps the agent-dim losses of ``rlrun.algos.marl_losses`` (or, for
+MADDPG/IDDPG, defines its own) around a ``GroupPolicy`` and declares what it
+reads, under the group key, so the hook wiring checks multi-agent runs as it
+does single-agent ones. ``multiagent_gae`` is GAE over the agent dim as a hook.
+
+- ``marl_ppo``: MAPPO with a centralised critic (``model.centralised=true``),
+  IPPO with a decentralised one; the loss is the same.
+- ``maddpg``: deterministic policy gradient per agent through a Q critic
+  (centralised: MADDPG; decentralised: IDDPG), polyak targets.
+- ``marl_q``: per-agent Q-learning with ``mixer`` none (IQL), vdn or qmix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor, nn
+
+from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
+from rlrun.algos.sac import frozen
+from rlrun.contracts import Loss
+from rlrun.errors import ConfigError
+from rlrun.modules.group_models import GroupPolicy
+from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.objectives.gae import warm_up
+from rlrun.objectives.multiagent_gae import multiagent_gae
+from rlrun.registry import Fraction, register
+from rlrun.trainer.hooks import IO, Hook
+
+AGENTS = "agents"
+
+
+def _group_policy(policy: Any, loss: str) -> GroupPolicy:
+    if not isinstance(policy, GroupPolicy):
+        raise ConfigError(f"loss={loss} trains agent groups, but model={type(policy).__name__} is "
+                          "single-agent", key="model.name",
+                          fix="use the algorithm's own model (e.g. algo=mappo sets model=group_actor_critic)")
+    return policy
+
+
+@register("loss", "marl_ppo")
+class GroupPPOLoss(Loss):
+    """PPO-clip per agent (MAPPO with a centralised critic, IPPO with a decentralised one).
+
+    Reads ``agents.observation``, ``agents.action``, ``agents.sample_log_prob``
+    (collection) and ``agents.advantage``, ``agents.value_target`` (``multiagent_gae``).
+
+    Args:
+        policy: A ``GroupPolicy`` with a ``GroupActor`` and a ``GroupMLP`` V critic.
+        clip_epsilon: Ratio clip range.
+        entropy_coef: Weight of the entropy bonus.
+        critic_coef: Weight of the value loss.
+        normalize_advantage: Standardise advantages per minibatch (all agents together).
+    """
+
+    on_policy = True
+    multi_agent = True
+    reads = ("agents.observation", "agents.action", "agents.sample_log_prob", "agents.advantage",
+             "agents.value_target")
+
+    def __init__(self, policy: GroupPolicy, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
+                 critic_coef: float = 1.0, normalize_advantage: bool = True):
+        super().__init__(_group_policy(policy, "marl_ppo"))
+        self.ppo = MultiAgentPPOLoss(policy.actor, policy.critic, clip_epsilon, entropy_coef, critic_coef,
+                                     normalize_advantage)
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        return self.ppo(td)
+
+
+@register("loss", "marl_q")
+class GroupQLoss(Loss):
+    """TD loss of per-agent Q values: IQL (``mixer: none``), VDN (``vdn``) or QMIX (``qmix``).
+
+    Args:
+        policy: A ``GroupPolicy`` whose critic is the per-agent Q ``GroupMLP``.
+        spec: The env's ``MultiAgentSpec`` (QMIX's state size).
+        gamma: Discount (the run's top-level ``gamma``).
+        mixer: ``none``, ``vdn`` or ``qmix``.
+        double: Double-DQN action selection in the target.
+        loss: ``l2`` or ``huber``.
+        tau: Polyak rate of the target Q-network and mixer per ``target_update``.
+    """
+
+    action_spaces = ("discrete",)
+    multi_agent = True
+    has_targets = True
+    reads = ("agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
+             "next.terminated")  # QMIX adds the global state (state, next.state)
+
+    def __init__(self, policy: GroupPolicy, spec: Any, gamma: float, mixer: str = "none",
+                 double: bool = True, loss: str = "l2", tau: Fraction = 0.005):
+        super().__init__(_group_policy(policy, "marl_q"))
+        state = spec.state_shape[0] if getattr(spec, "state_shape", ()) else None
+        self.td = MultiAgentQLoss(policy.critic, make_q_mixer(mixer, spec.n_agents, state), gamma, double,
+                                  loss, tau)
+        if mixer == "qmix":
+            self.reads = (*type(self).reads, "state", "next.state")
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        mixer = self.td.mixer
+        return {"all": [*self.policy.parameters(), *(mixer.parameters() if mixer is not None else ())]}
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        return self.td(td)
+
+    def update_targets(self) -> None:
+        self.td.update_targets()
+
+
+@register("loss", "maddpg")
+class MADDPGLoss(Loss):
+    """MADDPG (Lowe et al. 2017) and IDDPG: a deterministic policy gradient per agent.
+
+    Critic: each agent regresses ``Q_i(x, a)`` on ``r_i + gamma * (1 - terminated) *
+    Q'_i(x', mu'(o'))`` with target actor ``mu'`` and target critic ``Q'``.
+    Actor: agent i ascends ``Q_i(x, a_1, .., mu_i(o_i), .., a_n)``: its own action
+    from the current policy, the others' from the batch (the paper's gradient).
+    With a centralised critic ``x`` is every agent's observation (MADDPG); with a
+    decentralised one ``Q_i`` sees only ``(o_i, a_i)`` (IDDPG) and the others' actions
+    do not matter. The ``target_update`` hook moves both targets by ``tau``.
+
+    Args:
+        policy: A ``GroupPolicy`` with a deterministic group actor and a ``GroupQ`` critic.
+        gamma: Discount (the run's top-level ``gamma``).
+        tau: Polyak rate of the targets.
+    """
+
+    action_spaces = ("continuous",)
+    multi_agent = True
+    has_targets = True
+    reads = ("agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
+             "next.terminated")
+
+    def __init__(self, policy: GroupPolicy, gamma: float, tau: Fraction = 0.005):
+        super().__init__(_group_policy(policy, "maddpg"))
+        if policy.head != "deterministic":
+            raise ConfigError("MADDPG needs a deterministic actor", key="model.name",
+                              fix="use model=group_actor_q")
+        self.gamma, self.tau = gamma, tau
+        self.target_actor = target_copy(policy.actor)
+        self.target_critic = target_copy(policy.critic)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {"actor": list(self.policy.actor.parameters()),
+                "critic": list(self.policy.critic.parameters())}
+
+    def forward(self, td: TensorDict) -> dict[str, Tensor]:
+        actor, critic = self.policy.actor, self.policy.critic
+        obs, action = td[AGENTS, "observation"].float(), td[AGENTS, "action"]
+        with torch.no_grad():
+            next_obs = td["next", AGENTS, "observation"].float()
+            next_q = self.target_critic(next_obs, self.target_actor.act(next_obs))  # [*B, n]
+            not_terminal = (~td["next", "terminated"]).float()  # [*B, 1]: shared, broadcast over agents
+            target = td["next", AGENTS, "reward"].squeeze(-1) + self.gamma * not_terminal * next_q
+        q = critic(obs, action)
+        n = obs.shape[-2]
+        # joint[..., i, j] = mu_j(o_j) if j == i else a_j: agent i's row replaces only its own action
+        own = torch.eye(n, dtype=torch.bool, device=obs.device).unsqueeze(-1)
+        joint = torch.where(own, actor.act(obs).unsqueeze(-3), action.unsqueeze(-3))  # [*B, n, n, act]
+        with frozen(critic):
+            rows = critic(obs.unsqueeze(-3).expand(*obs.shape[:-2], n, *obs.shape[-2:]), joint)
+        q_own = rows.diagonal(dim1=-2, dim2=-1)  # [*B, n]: Q_i on row i
+        return {"loss_critic": (q - target).pow(2).mean(), "loss_actor": -q_own.mean(),
+                "q_value": q.detach().mean()}
+
+    def update_targets(self) -> None:
+        polyak_update(self.target_actor, self.policy.actor, self.tau)
+        polyak_update(self.target_critic, self.policy.critic, self.tau)
+
+
+@register("hook", "multiagent_gae")
+class MultiAgentGAE(Hook):
+    """Writes ``agents.advantage`` and ``agents.value_target`` with the group's current critic.
+
+    GAE per agent over time with the episode end shared by the group
+    (``rlrun.objectives.multiagent_gae``); bootstraps through truncation, never
+    through termination. Runs at ``pre_epoch`` (recomputed every epoch unless
+    ``every_epoch: false``).
+
+    Args:
+        gamma: Discount (the run's top-level ``gamma``).
+        lmbda: GAE's lambda.
+        every_epoch: Recompute with the updated critic before every epoch.
+    """
+
+    def __init__(self, gamma: float, lmbda: float = 0.9, every_epoch: bool = True):
+        self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
+        self._done_for: int | None = None
+        warm_up()
+
+    def io(self) -> IO:
+        return {"pre_epoch": (("agents.observation", "next.agents.observation", "next.agents.reward",
+                               "next.terminated", "next.done"), ("agents.advantage", "agents.value_target"))}
+
+    def pre_epoch(self, trainer, batch: TensorDict) -> None:
+        if not self.every_epoch and self._done_for == trainer.batches:
+            return
+        self._done_for = trainer.batches
+        value_of = trainer.policy.value
+        with torch.no_grad():
+            value = value_of(batch[AGENTS, "observation"])
+            next_value = value_of(batch["next", AGENTS, "observation"])
+        adv, target = multiagent_gae(batch["next", AGENTS, "reward"].squeeze(-1), value, next_value,
+                                     batch["next", "terminated"].squeeze(-1),
+                                     batch["next", "done"].squeeze(-1), self.gamma, self.lmbda)
+        device = value.device
+        batch.set((AGENTS, "advantage"), adv.to(device))
+        batch.set((AGENTS, "value_target"), target.to(device))

@@ -1,0 +1,221 @@
+"""The registered multi-agent pieces: group models, the MADDPG loss by hand, GAE over agents as a hook,
+the VMAS collector's batches."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlrun.algos.marl import GroupQLoss, MADDPGLoss, MultiAgentGAE
+from rlrun.envs.vmas import MultiAgentSpec
+from rlrun.modules.group_models import GroupPolicy, group_actor_critic, group_actor_q, group_qnet
+
+SPEC = MultiAgentSpec(n_agents=3, observation_shape=(4,), discrete=False, action_dim=2, state_shape=(12,))
+DISCRETE = MultiAgentSpec(n_agents=3, observation_shape=(4,), discrete=True, action_dim=5, state_shape=(12,))
+
+
+def _perturb_agent(x: torch.Tensor, agent: int) -> torch.Tensor:
+    y = x.clone()
+    y[..., agent, :] += 1.0
+    return y
+
+
+@pytest.mark.parametrize("centralised", [True, False])
+@pytest.mark.parametrize("share", [True, False])
+def test_mappo_critic_sees_every_agent_and_ippo_critic_only_its_own(centralised, share):
+    torch.manual_seed(0)
+    policy = group_actor_critic(SPEC, hidden=[8], share_params=share, centralised=centralised)
+    obs = torch.randn(5, 3, 4)
+    moved = _perturb_agent(obs, 2)  # only agent 2's observation changes
+    v, v2 = policy.value(obs), policy.value(moved)
+    assert v.shape == (5, 3)
+    assert torch.equal(v[:, 0] != v2[:, 0], torch.full((5,), centralised))  # agent 0's value
+    assert (v[:, 2] != v2[:, 2]).all()
+    a, a2 = policy.act(obs), policy.act(moved)
+    assert torch.equal(a[:, :2], a2[:, :2])  # actors are decentralised either way
+
+
+@pytest.mark.parametrize("centralised", [True, False])
+def test_maddpg_q_sees_other_agents_observations_and_actions_and_iddpg_q_does_not(centralised):
+    torch.manual_seed(0)
+    policy = group_actor_q(SPEC, hidden=[8], centralised=centralised)
+    obs, action = torch.randn(5, 3, 4), torch.rand(5, 3, 2)
+    q = policy.critic(obs, action)
+    assert q.shape == (5, 3)
+    for moved_obs, moved_action in ((_perturb_agent(obs, 1), action), (obs, _perturb_agent(action, 1))):
+        q2 = policy.critic(moved_obs, moved_action)
+        assert torch.equal(q[:, 0] != q2[:, 0], torch.full((5,), centralised))
+        assert (q[:, 1] != q2[:, 1]).all()
+
+
+def test_group_policies_write_their_keys_under_the_group():
+    keys = group_actor_critic(SPEC, hidden=[8]).behaviour_keys()
+    assert keys == {"agents.action", "agents.sample_log_prob"}
+    policy = group_qnet(DISCRETE, hidden=[8])
+    assert policy.behaviour_keys() == {"agents.action"}
+    assert policy.act(torch.zeros(2, 3, 4)).shape == (2, 3)
+
+
+class _LinearActor(nn.Module):
+    """``mu_i(o_i) = w * o_i`` (one action dim), deterministic."""
+
+    head = "deterministic"
+    explore = None
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.1))
+
+    def act(self, obs):
+        return self.w * obs
+
+
+class _SumCritic(nn.Module):
+    """``Q_i(o, a) = c_i * (sum_j o_j + sum_j a_j)``: centralised, linear, easy by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Parameter(torch.tensor([1.0, 2.0]))
+
+    def forward(self, obs, action):
+        return (obs.sum((-2, -1)) + action.sum((-2, -1)))[..., None] * self.c
+
+
+def _maddpg_batch(terminated: bool) -> TensorDict:
+    return TensorDict({
+        "agents": {"observation": torch.tensor([[[1.0], [2.0]]]), "action": torch.tensor([[[0.5], [-0.5]]])},
+        "next": {"agents": {"observation": torch.tensor([[[3.0], [4.0]]]),
+                            "reward": torch.tensor([[[1.0], [2.0]]])},
+                 "terminated": torch.tensor([[terminated]])},
+    }, batch_size=[1])
+
+
+def test_maddpg_loss_by_hand():
+    """Two agents, gamma 0.5, mu(o) = 0.1 o, Q_i = c_i (o_1 + o_2 + a_1 + a_2), c = (1, 2).
+
+    Targets: mu'(o') = (0.3, 0.4), Q'_i = c_i * 7.7 = (7.7, 15.4), y = r + 0.5 Q' = (4.85, 9.7).
+    Q(o, a) = c_i * 3 = (3, 6): critic loss ((3 - 4.85)^2 + (6 - 9.7)^2) / 2 = 8.55625.
+    Actor: agent 0 ascends Q_0(o, mu_0 = 0.1, a_1 = -0.5) = 2.6, agent 1 Q_1(o, a_0 = 0.5, mu_1 = 0.2)
+    = 2 * 3.7 = 7.4: loss -(2.6 + 7.4) / 2 = -5 (replacing every action, as a joint-action
+    variant would, gives -(3.3 + 6.6) / 2 = -4.95). d loss / dw = -(c_0 o_0 + c_1 o_1) / 2 = -2.5.
+    """
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    loss = MADDPGLoss(policy, gamma=0.5, tau=1.0)
+    out = loss(_maddpg_batch(terminated=False))
+    assert out["loss_critic"].item() == pytest.approx(8.55625)
+    assert out["loss_actor"].item() == pytest.approx(-5.0)
+    out["loss_actor"].backward()
+    assert policy.actor.w.grad.item() == pytest.approx(-2.5)
+    assert policy.critic.c.grad is None  # the actor's loss leaves the critic alone
+
+    # termination: no bootstrap, y = r = (1, 2); ((3 - 1)^2 + (6 - 2)^2) / 2 = 10
+    assert loss(_maddpg_batch(terminated=True))["loss_critic"].item() == pytest.approx(10.0)
+
+
+def test_maddpg_targets_move_by_tau_on_update():
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    loss = MADDPGLoss(policy, gamma=0.5, tau=0.25)
+    with torch.no_grad():
+        policy.actor.w.fill_(0.5)
+        policy.critic.c.copy_(torch.tensor([3.0, 6.0]))
+    loss.update_targets()
+    assert loss.target_actor.w.item() == pytest.approx(0.1 + 0.25 * 0.4)
+    assert loss.target_critic.c.tolist() == pytest.approx([1.5, 3.0])
+
+
+def test_q_family_loss_declares_the_state_only_for_qmix():
+    for mixer, state in (("none", False), ("vdn", False), ("qmix", True)):
+        loss = GroupQLoss(group_qnet(DISCRETE, hidden=[8]), DISCRETE, gamma=0.9, mixer=mixer)
+        assert ("state" in loss.reads) == state
+        assert len(loss.param_groups()["all"]) == len(list(loss.policy.parameters())) + (
+            len(list(loss.td.mixer.parameters())) if mixer == "qmix" else 0)
+
+
+def _reference_gae(reward, value, next_value, terminated, done, gamma, lmbda):
+    """Per env, per agent, backwards over time: the textbook recursion, one scalar at a time."""
+    n, steps, agents = reward.shape
+    adv = torch.zeros_like(reward)
+    for e in range(n):
+        for i in range(agents):
+            running = 0.0
+            for t in reversed(range(steps)):
+                not_term = 0.0 if terminated[e, t] else 1.0
+                not_done = 0.0 if done[e, t] else 1.0
+                delta = reward[e, t, i] + gamma * not_term * next_value[e, t, i] - value[e, t, i]
+                running = delta + gamma * lmbda * not_done * running
+                adv[e, t, i] = running
+    return adv, adv + value
+
+
+@pytest.mark.parametrize("every_epoch", [True, False])
+def test_multiagent_gae_hook_matches_a_reference_loop(every_epoch):
+    torch.manual_seed(0)
+    n, steps, agents = 2, 7, 3
+    policy = group_actor_critic(MultiAgentSpec(agents, (4,), False, 2), hidden=[8], centralised=True)
+    terminated = torch.zeros(n, steps, 1, dtype=torch.bool)
+    truncated = torch.zeros_like(terminated)
+    terminated[0, 2], truncated[1, 4], terminated[1, 6] = True, True, True
+    batch = TensorDict({
+        "agents": {"observation": torch.randn(n, steps, agents, 4)},
+        "next": {"agents": {"observation": torch.randn(n, steps, agents, 4),
+                            "reward": torch.randn(n, steps, agents, 1)},
+                 "terminated": terminated, "truncated": truncated, "done": terminated | truncated},
+    }, batch_size=[n, steps])
+    trainer = types.SimpleNamespace(policy=policy, batches=1)
+    hook = MultiAgentGAE(gamma=0.9, lmbda=0.8, every_epoch=every_epoch)
+    hook.pre_epoch(trainer, batch)
+    with torch.no_grad():
+        value = policy.value(batch["agents", "observation"])
+        next_value = policy.value(batch["next", "agents", "observation"])
+    adv, target = _reference_gae(batch["next", "agents", "reward"].squeeze(-1), value, next_value,
+                                 terminated.squeeze(-1), (terminated | truncated).squeeze(-1), 0.9, 0.8)
+    torch.testing.assert_close(batch["agents", "advantage"], adv)
+    torch.testing.assert_close(batch["agents", "value_target"], target)
+    # a second epoch of the same batch recomputes only when asked to
+    first = batch["agents", "advantage"].clone()
+    with torch.no_grad():
+        for p in policy.critic.parameters():
+            p.add_(0.1)
+    hook.pre_epoch(trainer, batch)
+    assert torch.equal(batch["agents", "advantage"], first) != every_epoch
+
+
+vmas = pytest.importorskip("vmas")
+
+
+def test_vmas_collector_batches_follow_the_group_layout_and_count_team_returns():
+    from rlrun.collectors_marl import GROUP_COLLECTED_KEYS, VmasCollector
+    from rlrun.envs.vmas import VmasEnv
+
+    env = VmasEnv("navigation", num_envs=2, max_steps=5, seed=0)
+    policy = group_actor_critic(env.spec, hidden=[8])
+    coll = VmasCollector(env, policy.behaviour(), frames_per_batch=20, total_frames=40, seed=3)
+    batches = list(coll)
+    assert len(batches) == 2 and coll.frames == 40
+    batch = batches[0]
+    assert batch.batch_size == (2, 10)
+    keys = {k if isinstance(k, str) else ".".join(k)
+            for k in batch.keys(include_nested=True, leaves_only=True)}
+    assert keys == set(GROUP_COLLECTED_KEYS) | {"agents.sample_log_prob"}
+    assert batch["agents", "observation"].shape == (2, 10, 3, 18)
+    assert batch["agents", "action"].shape == (2, 10, 3, 2)
+    assert batch["agents", "sample_log_prob"].shape == (2, 10, 3)
+    assert batch["next", "agents", "reward"].shape == (2, 10, 3, 1)
+    assert batch["next", "done"].shape == (2, 10, 1)
+    assert batch["state"].shape == (2, 10, 54)
+    torch.testing.assert_close(batch["state"], batch["agents", "observation"].flatten(-2))
+    # 5-step episodes: truncated (time limit) at steps 4 and 9, never terminated here
+    ends = batch["next", "truncated"].squeeze(-1)
+    assert ends.nonzero()[:, 1].tolist() == [4, 9, 4, 9]
+    # within an episode, the next observation is the following step's observation
+    obs, nxt = batch["agents", "observation"], batch["next", "agents", "observation"]
+    assert torch.equal(nxt[:, :4], obs[:, 1:5]) and not torch.equal(nxt[:, 4], obs[:, 5])
+    assert batch["collector", "traj_ids"].tolist() == [[0] * 5 + [2] * 5, [1] * 5 + [3] * 5]
+    returns, lengths = coll.pop_episode_stats()
+    team = torch.cat([b["next", "agents", "reward"].mean((-2, -1)) for b in batches], 1)  # [2, 20]
+    expected = team.view(2, 4, 5).sum(-1).T.flatten()  # episodes in step order, then sub-env order
+    assert returns == pytest.approx(expected.tolist(), abs=1e-5) and lengths == [5] * 8

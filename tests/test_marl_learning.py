@@ -1,0 +1,69 @@
+"""Learning tests for agent groups on VMAS at CPU scale, with fixed seeds.
+
+MAPPO and IPPO on navigation: 60 envs, 6000 frames per batch, 10 iterations,
+smaller networks and a larger learning rate than Table 10 (whose lr 5e-5 is
+for 500 iterations). An untrained policy scores about -0.7 (the first batch's
+team return); calibrated runs reach eval returns of 2.5-3.0 here.
+
+The Q family on navigation (discrete, 5 actions), 90k frames: QMIX beats
+independent Q-learning by a margin that a non-monotonic (broken) mixer does
+not reach. Calibration (eval over 60 episodes, seeds 0 / 1): IQL 2.41 / 2.76,
+VDN 2.63 / 2.79, QMIX 2.84 / 3.14; QMIX with sign-flipped first-layer mixing
+weights (non-monotonic, seed 0) scored -29.6, far below the margin. VDN's lead
+over IQL (+0.22 / +0.03) is not reliable at this scale, so VDN is only required
+to learn. On sampling (the task the paper's text names) a 90k-frame run took
+~8 min here and gave IQL 40.7, VDN 64.8, QMIX 38.5 (seed 0): no reliable
+QMIX-over-IQL margin at CPU scale, hence navigation.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from cli_utils import only_run_dir, run_cli, summary_of
+
+pytest.importorskip("vmas")
+pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]
+
+PPO_SCALE = ["env=vmas/navigation", "seed=0", "logger=csv", "total_frames=60000", "env.num_envs=60",
+             "collector.frames_per_batch=6000", "model.hidden=[64,64]", "optim.lr=5e-4",
+             "trainer.epochs_per_batch=10", "buffer.batch_size=1000", "eval.interval_frames=0",
+             "eval.episodes=60", "eval.max_envs=60", "checkpoint.interval_frames=0", "progress=false"]
+Q_SCALE = ["env=vmas/navigation", "seed=0", "logger=csv", "total_frames=90000", "env.num_envs=60",
+           "collector.frames_per_batch=6000", "model.hidden=[64,64]", "optim.lr=5e-4",
+           "trainer.epochs_per_batch=1", "trainer.optim_steps_per_epoch=100", "buffer.batch_size=512",
+           "buffer.capacity=100000", "exploration.annealing_frames=45000", "eval.interval_frames=0",
+           "eval.episodes=60", "eval.max_envs=60", "checkpoint.interval_frames=0", "progress=false"]
+
+
+def train(tmp_path, capsys, algo: str, scale: list[str]) -> tuple[float, float]:
+    """(first batch's mean team return, final eval return over 60 episodes)."""
+    code, _, err = run_cli([f"algo={algo}", *scale], tmp_path, capsys)
+    assert code == 0, err
+    run_dir = only_run_dir(tmp_path)
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    first = next(float(r["value"]) for r in rows if r["key"] == "train/episode_return")
+    summary = summary_of(run_dir)
+    assert summary["eval/episodes"] == 60
+    return first, summary["eval/episode_return"]
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_ppo_family_raises_the_team_return_on_navigation(algo, tmp_path, capsys):
+    first, final = train(tmp_path, capsys, algo, PPO_SCALE)
+    assert first < 0.0, first  # untrained
+    assert final >= 2.0 and final - first >= 2.5, (first, final)
+
+
+def test_qmix_beats_independent_q_learning_on_navigation(tmp_path, capsys):
+    (tmp_path / "iql").mkdir()
+    (tmp_path / "qmix").mkdir()
+    _, iql = train(tmp_path / "iql", capsys, "marl_iql", Q_SCALE)
+    _, qmix = train(tmp_path / "qmix", capsys, "qmix", Q_SCALE)
+    assert qmix >= iql + 0.25, (iql, qmix)
+
+
+def test_vdn_learns_on_navigation(tmp_path, capsys):
+    first, final = train(tmp_path, capsys, "vdn", Q_SCALE)
+    assert final >= 2.3 and final - first >= 2.5, (first, final)
