@@ -253,3 +253,13 @@ def test_update_targets_moves_a_changed_mixer():
     loss.update_targets()
     for p, q in zip(loss.mixer.parameters(), loss.target_mixer.parameters()):
         torch.testing.assert_close(q, p, rtol=0, atol=0)
+
+
+def test_q_loss_defaults_double_dqn_l2_and_hard_target_copies():
+    loss = MultiAgentQLoss(constant_net(2, ONLINE), None, gamma=0.9)
+    with torch.no_grad():
+        loss.target_qnet.biases[0].copy_(torch.tensor(TARGET)[:, None, :])
+    expected = (4.5 ** 2 + 1.2 ** 2 + 3 ** 2 + 3 ** 2) / 4  # the Double-DQN l2 value above
+    torch.testing.assert_close(loss(q_batch())["loss_critic"], torch.tensor(expected))
+    loss.update_targets()
+    torch.testing.assert_close(loss.target_qnet.biases[0], loss.qnet.biases[0], rtol=0, atol=0)
