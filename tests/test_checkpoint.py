@@ -178,3 +178,38 @@ def test_checkpoint_module_uses_weights_only_loading(monkeypatch, tmp_path):
     save({"x": 1}, tmp_path / "c.pt")
     load(tmp_path / "c.pt")
     assert seen.get("weights_only") is True
+
+
+def test_checkpoint_error_texts(tmp_path):
+    # what the CLI prints for each unusable resume= target (key, message, fix)
+    missing = tmp_path / "nope.pt"
+    with pytest.raises(CheckpointError) as info:
+        load(missing)
+    assert str(info.value) == (f"resume: no checkpoint file at {missing}\n"
+                               "  fix: point resume= at a run directory or checkpoint.pt written by rlrun")
+    other = tmp_path / "other.pt"
+    torch.save([1, 2], other)
+    with pytest.raises(CheckpointError) as info:
+        load(other)
+    assert str(info.value) == (f"resume: {other} is not an rlrun checkpoint of format {FORMAT_VERSION}\n"
+                               f"  fix: delete {other} to start afresh")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00\x01 not a torch file \xff" * 10)
+    with pytest.raises(CheckpointError) as info:
+        load(garbage)
+    assert info.value.message.startswith(f"cannot read checkpoint {garbage} (UnpicklingError: ")
+    assert info.value.fix == (f"the file is damaged or not an rlrun checkpoint: delete {garbage} to start "
+                              "afresh, or set resume= to another checkpoint")
+
+
+def test_error_reason_keeps_the_reason_and_drops_the_advice():
+    from rlrun.checkpoint import error_reason
+
+    unpickler = RuntimeError("Weights only load failed. Re-running with weights_only=False will run code.\n"
+                             "WeightsUnpickler error: Unsupported global: GLOBAL pathlib.Path was not an "
+                             "allowed global by default. Please use `torch.serialization.add_safe_globals`")
+    assert error_reason(unpickler) == "Unsupported global: GLOBAL pathlib.Path was not an allowed global " \
+                                      "by default."
+    assert error_reason(ValueError("x" * 400)) == "x" * 300
+    assert error_reason(EOFError()) == "empty or truncated file"
+    assert error_reason(RuntimeError("Check the documentation of torch.load")) == "unreadable"

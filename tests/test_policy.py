@@ -65,3 +65,12 @@ def test_the_networks_are_registered_once_in_order():
     names = [n for n, _ in policy.named_children()]
     assert names == ["actor", "critic", "normalizer"] and policy.head == "categorical"
     assert "exploration" not in dict(policy.named_modules())
+
+
+def test_behaviour_explores_unless_told_not_to():
+    # the collector calls behaviour() with no argument: training acts with exploration
+    policy = Policy(Tagged())
+    assert (policy.behaviour()(OBS)["action"] == 2).all()
+    assert policy.behaviour_keys() == {"action", "sample_log_prob"}
+    with pytest.raises(TypeError, match="^this policy has no value critic$"):
+        policy.value(OBS)

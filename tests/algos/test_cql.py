@@ -143,3 +143,61 @@ def test_each_loss_reaches_only_its_parameters(lagrange):
             grads = torch.autograd.grad(out[term], params, retain_graph=True, allow_unused=True)
             touched = any(g is not None and g.abs().sum() > 0 for g in grads)
             assert touched == (name == owner), (term, name)
+
+
+def test_defaults_are_the_authors_mujoco_settings():
+    # gamma 0.99, alpha 1, cql_alpha 5, temp 1, no entropy in the backup, no Lagrange dual
+    loss = build()
+    torch.manual_seed(4)
+    out = loss(batch())
+    torch.manual_seed(4)
+    uniform = (torch.rand(N_ACT, 3, 2) * 2 - 1).double().tolist()
+    td, gap, actor = expected(uniform, 0.99, 1.0, 5.0, 1.0, False)
+    assert out["loss_critic"].item() == pytest.approx(td + 5.0 * sum(gap), rel=1e-5)
+    assert out["loss_actor"].item() == pytest.approx(actor, rel=1e-5)
+    assert "loss_alpha_prime" not in out and set(loss.param_groups()) == {"actor", "critic", "alpha"}
+    assert loss.target_entropy == -2.0 and loss.n_actions == N_ACT
+
+
+def test_diagnostics_and_temperature_loss_by_hand():
+    loss = build(gamma=0.9, init_alpha=0.2, target_entropy=-1.5)
+    out = loss(batch())
+    lp = [pi(s)[1] for s in OBS]
+    assert out["alpha"].item() == pytest.approx(0.2)
+    assert out["entropy"].item() == pytest.approx(-sum(lp) / 3, rel=1e-5)
+    assert out["loss_alpha"].item() == pytest.approx(-math.log(0.2) * sum(x - 1.5 for x in lp) / 3, rel=1e-5)
+    qs, errors = [], []
+    for s, a, s2, r, term in zip(OBS, ACT, NEXT, REW, TERM):
+        a2, _ = pi(s2)
+        y = r + (0.0 if term else 0.9 * min(q(TQW[k], TQB[k], s2, a2) for k in range(2)))
+        online = [q(QW[k], QB[k], s, a) for k in range(2)]
+        qs += online
+        errors.append(max(abs(v - y) for v in online))
+    assert out["q_value"].item() == pytest.approx(sum(qs) / 6, rel=1e-5)
+    assert out["td_error"].tolist() == pytest.approx(errors, rel=1e-5)
+
+
+def test_lagrange_multiplier_is_capped_at_a_million():
+    loss = build(lagrange=True, target_action_gap=3.0)
+    with torch.no_grad():
+        loss.log_alpha_prime.fill_(math.log(1e8))
+    out = loss(batch())
+    assert out["alpha_prime"].item() == 1e6
+
+
+def test_update_targets_moves_the_target_critic_by_tau():
+    loss = build(tau=0.25)
+    loss.update_targets()
+    w = loss.target_critic.weights[0][:, :, 0]
+    expected_w = [[0.75 * t + 0.25 * o for t, o in zip(tr, orow)] for tr, orow in zip(TQW, QW)]
+    torch.testing.assert_close(w, torch.tensor(expected_w))
+    b = loss.target_critic.biases[0].flatten()
+    torch.testing.assert_close(b, torch.tensor([0.75 * t + 0.25 * o for t, o in zip(TQB, QB)]))
+
+
+def test_fixed_temperature_and_documented_defaults_of_the_optional_terms():
+    loss = build(learn_alpha=False, init_alpha=0.5)
+    assert not loss.log_alpha.requires_grad and "alpha" not in loss.param_groups()
+    assert not loss.log_alpha_prime.requires_grad  # no Lagrange dual unless asked
+    default = CQLLoss(FixedActor(), TwinQCritic(2, 2, [], "relu"), action_dim=2)
+    assert default.n_actions == 10 and default.target_action_gap == 10.0  # the authors' values

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlrun.algos.iql import IQLLoss, expectile_loss
+from rlrun.algos.iql import IQLLoss, dataset_log_prob, expectile_loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
 from rlrun.policy import Policy
@@ -78,11 +78,10 @@ def gauss_logp(x, mu, log_std):
     return -0.5 * ((x - mu) / math.exp(log_std)) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
 
 
-@pytest.mark.parametrize("head", ["normal", "tanh_normal"])
-def test_iql_terms_by_hand(head):
-    gamma, tau_e, beta = 0.9, 0.7, 3.0
-    out = build(head, gamma=gamma, expectile=tau_e, beta=beta)(batch())
-    lv = lc = la = 0.0
+def by_hand(head: str, gamma: float, tau_e: float, beta: float) -> dict[str, float]:
+    """Every term and diagnostic of IQLLoss on ``batch()``, in float64 scalars."""
+    lv = lc = la = q_mean = v_mean = adv_mean = 0.0
+    td_error = []
     for s, a, s2, r, term in zip(OBS, ACT, NEXT, REW, TERM):
         sa = s + a
         q_t = min(lin(TQW[0], sa, TQB[0]), lin(TQW[1], sa, TQB[1]))
@@ -90,16 +89,70 @@ def test_iql_terms_by_hand(head):
         u = q_t - v
         lv += (tau_e if u >= 0 else 1 - tau_e) * u * u / 4
         y = r + (0.0 if term else gamma * lin(VW, s2, VB))
-        lc += sum((lin(QW[k], sa, QB[k]) - y) ** 2 for k in range(2)) / 4
+        q = [lin(QW[k], sa, QB[k]) for k in range(2)]
+        lc += sum((qk - y) ** 2 for qk in q) / 4
+        td_error.append(max(abs(qk - y) for qk in q))
+        q_mean += sum(q) / 8
+        v_mean += v / 4
+        adv_mean += u / 4
         mu = lin(AW, s, AB)
         if head == "normal":
             logp = gauss_logp(a[0], mu, LOG_STD)
-        else:  # a = tanh(x), x ~ N(mu, std): density of a is N(atanh a) / (1 - a^2)
+        elif head == "tanh_normal":  # a = tanh(x), x ~ N(mu, std): density of a is N(atanh a) / (1 - a^2)
             logp = gauss_logp(math.atanh(a[0]), mu, LOG_STD) - math.log(1 - a[0] ** 2)
+        else:  # deterministic: weighted squared distance of tanh(mean) to the dataset action
+            logp = -(math.tanh(mu) - a[0]) ** 2
         la += -min(math.exp(beta * u), 100.0) * logp / 4
-    assert out["loss_value"].item() == pytest.approx(lv, rel=1e-5)
-    assert out["loss_critic"].item() == pytest.approx(lc, rel=1e-5)
-    assert out["loss_actor"].item() == pytest.approx(la, rel=1e-4)
+    return {"loss_value": lv, "loss_critic": lc, "loss_actor": la, "q_value": q_mean, "value": v_mean,
+            "advantage": adv_mean, "td_error": td_error}
+
+
+@pytest.mark.parametrize("head", ["normal", "tanh_normal", "deterministic"])
+def test_iql_terms_by_hand(head):
+    out = build(head, gamma=0.9, expectile=0.7, beta=3.0)(batch())
+    expected = by_hand(head, 0.9, 0.7, 3.0)
+    assert out["loss_value"].item() == pytest.approx(expected["loss_value"], rel=1e-5)
+    assert out["loss_critic"].item() == pytest.approx(expected["loss_critic"], rel=1e-5)
+    assert out["loss_actor"].item() == pytest.approx(expected["loss_actor"], rel=1e-4)
+
+
+def test_defaults_are_the_papers_mujoco_settings():
+    # gamma 0.99, expectile 0.7, beta 3 (Kostrikov et al. 2022, MuJoCo), polyak rate 0.005
+    loss = build("normal")
+    out, expected = loss(batch()), by_hand("normal", 0.99, 0.7, 3.0)
+    for term in ("loss_value", "loss_critic", "loss_actor"):
+        assert out[term].item() == pytest.approx(expected[term], rel=1e-4), term
+    loss.update_targets()
+    w = loss.target_critic.weights[0][:, 0, 0]
+    torch.testing.assert_close(w, torch.tensor([0.995 * TQW[0][0] + 0.005 * QW[0][0],
+                                                0.995 * TQW[1][0] + 0.005 * QW[1][0]]))
+
+
+def test_logged_diagnostics_by_hand():
+    out = build("normal", gamma=0.9)(batch())
+    expected = by_hand("normal", 0.9, 0.7, 3.0)
+    for key in ("q_value", "value", "advantage"):
+        assert out[key].item() == pytest.approx(expected[key], rel=1e-5, abs=1e-6), key
+    # the per-sample priority: the larger of the twins' absolute TD errors
+    assert out["td_error"].tolist() == pytest.approx(expected["td_error"], rel=1e-5)
+
+
+@pytest.mark.parametrize("expectile", [0.0, 1.0, 1.5, -0.1])
+def test_expectile_must_lie_strictly_between_0_and_1(expectile):
+    with pytest.raises(ValueError, match="expectile"):
+        build("normal", expectile=expectile)
+
+
+@pytest.mark.parametrize("edge", [1.0, -1.0])
+def test_dataset_actions_on_the_bounds_have_a_finite_log_prob(edge):
+    # datasets hold actions clipped to exactly +-1: atanh would be infinite; they are read 1e-6 inside
+    loss = build("tanh_normal")
+    obs = torch.tensor([[1.0, 0.0]])
+    logp = dataset_log_prob(loss.actor, obs, torch.tensor([[edge]]))
+    a = edge * float(torch.tensor(1 - 1e-6))  # 1 - 1e-6 as float32 holds it
+    expected = gauss_logp(math.atanh(a), lin(AW, [1.0, 0.0], AB), LOG_STD) - math.log(1 - a * a)
+    assert torch.isfinite(logp).all()
+    assert logp.item() == pytest.approx(expected, rel=1e-3)
 
 
 def test_advantage_weight_is_clipped_at_100():

@@ -331,3 +331,39 @@ def test_sac_learned_temperature_is_its_own_group_and_moves():
     before = loss.log_alpha.item()
     OptimizerStep(loss.param_groups(), lr=0.1).step(out)
     assert loss.log_alpha.item() != before
+
+
+@pytest.mark.parametrize(("settings", "sigma", "clip"), [({"target_noise": 0.4, "noise_clip": 0.3}, 0.4, 0.3),
+                                                         ({}, 0.2, 0.5)])  # the paper's defaults
+def test_td3_smoothing_noise_is_clipped_on_both_sides(settings, sigma, clip):
+    # target actor outputs 0 and each target Q is the action itself, so the bootstrap value is the
+    # clipped noise; the online critic outputs 0, so the loss is 2 * mean(y^2)
+    n = 1024
+    policy = actor_twin_q(CONT, hidden=[4], head="deterministic")
+    with torch.no_grad():
+        for p in policy.actor.parameters():
+            p.zero_()
+    loss = TD3Loss(policy, gamma=0.5, **settings)
+    with torch.no_grad():
+        for p in loss.target_critic.parameters():
+            p.zero_()
+        for p in policy.critic.parameters():
+            p.zero_()
+    # a critic with hidden layers: make the target's output the action through a linear path
+    critic = loss.target_critic
+    with torch.no_grad():
+        critic.weights[0][:, 3, 0] = 1.0  # first hidden unit = relu(action)
+        critic.weights[0][:, 3, 1] = -1.0  # second hidden unit = relu(-action)
+        critic.weights[-1][:, 0, 0] = 1.0
+        critic.weights[-1][:, 1, 0] = -1.0  # relu(a) - relu(-a) = a
+    g = torch.Generator().manual_seed(5)
+    td = TensorDict({"observation": torch.randn(n, 3, generator=g), "action": torch.zeros(n, 1),
+                     "next": {"observation": torch.randn(n, 3, generator=g), "reward": torch.zeros(n, 1),
+                              "terminated": torch.zeros(n, 1, dtype=torch.bool)}}, [n])
+    torch.manual_seed(7)
+    out = loss(td)
+    torch.manual_seed(7)
+    raw = (torch.randn(n, 1) * sigma).squeeze(-1).tolist()
+    assert min(raw) < -clip and max(raw) > clip, "the test needs noise beyond both clips"
+    y = [0.5 * min(max(x, -clip), clip) for x in raw]
+    assert out["loss_critic"].item() == pytest.approx(2 * sum(v * v for v in y) / n, rel=1e-5)

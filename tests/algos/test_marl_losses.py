@@ -178,3 +178,88 @@ def test_mixer_factory_and_errors():
         make_q_mixer("qmix", 3)
     with pytest.raises(ConfigError, match="unknown mixer"):
         make_q_mixer("qtran", 3)
+
+
+def test_ppo_defaults_clip_at_0_2_standardise_and_add_no_entropy_bonus():
+    # the by-hand batch above, with the loss's defaults (clip 0.2, no entropy bonus, critic weight 1,
+    # advantages standardised): mean 0.625, sample std 1.25 -> 0.3, -1.3, 1.1, -0.1
+    actor = GroupActor(constant_net(2, [[0.0, 0.0]], share=True), "categorical", 2)
+    loss = MultiAgentPPOLoss(actor, constant_net(2, [[0.5], [-1.0]]))
+    td = TensorDict({"agents": {
+        "observation": torch.zeros(2, 2, 1),
+        "action": torch.tensor([[0, 1], [1, 0]]),
+        "sample_log_prob": torch.full((2, 2), math.log(0.25)),
+        "advantage": torch.tensor([[1.0, -1.0], [2.0, 0.5]]),
+        "value_target": torch.tensor([[1.0, 2.0], [3.0, 0.0]]),
+    }}, batch_size=[2])
+    out = loss(td)
+    # ratio 2: min(2 A, 1.2 A) = 0.36, -2.6, 1.32, -0.2
+    torch.testing.assert_close(out["loss_objective"], torch.tensor(0.28))
+    torch.testing.assert_close(out["loss_critic"], torch.tensor(2.0625))
+    assert out["loss_entropy"].item() == 0.0
+    assert set(out) == {"loss_objective", "loss_critic", "loss_entropy", "entropy", "approx_kl",
+                        "clip_fraction"}
+    torch.testing.assert_close(out["entropy"], torch.tensor(math.log(2)))
+
+
+def test_huber_loss_and_td_errors_by_hand():
+    loss = MultiAgentQLoss(constant_net(2, ONLINE), None, gamma=0.9, double=True, loss="huber")
+    with torch.no_grad():
+        loss.target_qnet.biases[0].copy_(torch.tensor(TARGET)[:, None, :])
+    out = loss(q_batch())
+    # chosen Q [1, 4], [3, -1]; targets [5.5, 2.8], [0, 2]: errors -4.5, 1.2, 3, -3; huber |x| - 0.5
+    torch.testing.assert_close(out["loss_critic"], torch.tensor((4.0 + 0.7 + 2.5 + 2.5) / 4))
+    torch.testing.assert_close(out["td_error"], torch.tensor([[4.5, 1.2], [3.0, 3.0]]))
+
+
+@pytest.mark.parametrize("mixer", [None, VDNMixer()], ids=["iql", "vdn"])
+def test_iql_and_vdn_need_no_global_state(mixer):
+    with_state = q_loss(mixer, double=True)(q_batch())["loss_critic"]
+    td = q_batch()
+    del td["state"]
+    del td["next", "state"]
+    torch.testing.assert_close(q_loss(mixer, double=True)(td)["loss_critic"], with_state)
+
+
+def test_vdn_over_an_env_and_time_batch_mixes_over_agents_only():
+    # *B = [env 2, time 3]: the team reward is the mean over agents, termination per (env, time)
+    g = torch.Generator().manual_seed(1)
+    action = torch.randint(0, 3, (2, 3, 2), generator=g)
+    reward = torch.randn(2, 3, 2, 1, generator=g)
+    terminated = torch.tensor([[[False], [True], [False]], [[False], [False], [True]]])
+    td = TensorDict({
+        "agents": {"observation": torch.randn(2, 3, 2, 1, generator=g), "action": action},
+        "next": {"agents": {"observation": torch.randn(2, 3, 2, 1, generator=g), "reward": reward},
+                 "terminated": terminated},
+    }, batch_size=[2, 3])
+    out = q_loss(VDNMixer(), double=True)(td)
+    total = 0.0
+    for e in range(2):
+        for t in range(3):
+            q_tot = sum(ONLINE[i][int(action[e, t, i])] for i in range(2))
+            team_reward = (float(reward[e, t, 0, 0]) + float(reward[e, t, 1, 0])) / 2
+            # online argmax is action 2 for both agents: the target's values 5 and 2
+            y = team_reward + (0.0 if terminated[e, t, 0] else 0.9 * (5.0 + 2.0))
+            total += (q_tot - y) ** 2
+    torch.testing.assert_close(out["loss_critic"], torch.tensor(total / 6))
+    assert out["td_error"].shape == (2, 3)
+
+
+def test_update_targets_moves_a_changed_mixer():
+    loss = q_loss(QMixer(2, state_dim=3), double=True)
+    with torch.no_grad():  # the online mixer learns away from its target copy
+        for p in loss.mixer.parameters():
+            p.add_(0.5)
+    loss.update_targets()
+    for p, q in zip(loss.mixer.parameters(), loss.target_mixer.parameters()):
+        torch.testing.assert_close(q, p, rtol=0, atol=0)
+
+
+def test_q_loss_defaults_double_dqn_l2_and_hard_target_copies():
+    loss = MultiAgentQLoss(constant_net(2, ONLINE), None, gamma=0.9)
+    with torch.no_grad():
+        loss.target_qnet.biases[0].copy_(torch.tensor(TARGET)[:, None, :])
+    expected = (4.5 ** 2 + 1.2 ** 2 + 3 ** 2 + 3 ** 2) / 4  # the Double-DQN l2 value above
+    torch.testing.assert_close(loss(q_batch())["loss_critic"], torch.tensor(expected))
+    loss.update_targets()
+    torch.testing.assert_close(loss.target_qnet.biases[0], loss.qnet.biases[0], rtol=0, atol=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -86,3 +87,83 @@ def test_coefficient_rule_and_hook_use_the_last_epochs_mean_kl():
     other = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), init_kl_coef=5.0)
     other.load_state_dict(state)
     assert other.kl_coef == 2.0
+
+
+def kl_batch(advantage):
+    n = len(advantage)
+    return TensorDict({"observation": torch.zeros(n, 1), "action": torch.tensor([1, 0, 1][:n]),
+                       "sample_log_prob": torch.tensor([math.log(0.6), math.log(0.5), math.log(0.4)][:n]),
+                       "advantage": torch.tensor(advantage),
+                       "value_target": torch.tensor([1.0, 0.0, 2.0][:n])},
+                      batch_size=[n])
+
+
+def test_the_config_leaves_the_defaults_to_the_loss_paper_values_by_hand():
+    # conf/algo/ppo_kl.yaml sets neither entropy_coef, critic_coef nor normalize_advantage
+    w, v = 0.3, 0.5
+    loss = PPOKLLoss(Policy(TwoActionActor(w), ConstCritic(v)))
+    out = loss(kl_batch([1.0, -2.0, 4.0]))
+    p1 = 1 / (1 + math.exp(-w))
+    r = [p1 / 0.6, (1 - p1) / 0.5, p1 / 0.4]
+    adv = [1.0, -2.0, 4.0]
+    mean = sum(adv) / 3
+    std = math.sqrt(sum((a - mean) ** 2 for a in adv) / 2)  # the sample std
+    normed = [(a - mean) / std for a in adv]
+    kl = sum((ri - 1) - math.log(ri) for ri in r) / 3
+    entropy = -(p1 * math.log(p1) + (1 - p1) * math.log(1 - p1))
+    objective = -sum(ri * a for ri, a in zip(r, normed)) / 3
+    assert math.isclose(out["loss_objective"].item(), objective, rel_tol=1e-5)
+    assert math.isclose(out["loss_kl"].item(), 1.0 * kl, rel_tol=1e-5)  # beta starts at 1
+    critic = 0.5 * 0.5 * ((v - 1) ** 2 + v ** 2 + (v - 2) ** 2) / 3
+    assert math.isclose(out["loss_critic"].item(), critic, rel_tol=1e-6)
+    assert out["loss_entropy"].item() == 0.0  # no entropy bonus unless asked
+    # the logged diagnostics, under the names the metrics use
+    assert set(out) == {"loss_objective", "loss_kl", "loss_critic", "loss_entropy", "kl", "kl_coef",
+                        "entropy"}
+    assert out["kl_coef"].item() == 1.0 and math.isclose(out["entropy"].item(), entropy, rel_tol=1e-6)
+    assert math.isclose(out["kl"].item(), kl, rel_tol=1e-5)
+    # the target KL defaults to the paper's 0.01: 0.012 keeps beta, 0.016 doubles it
+    loss.adapt(0.012)
+    assert loss.kl_coef == 1.0
+    loss.adapt(0.016)
+    assert loss.kl_coef == 2.0
+
+
+@pytest.mark.parametrize(("advantage", "normalised"), [([1.0, -2.0], [1 / math.sqrt(2), -1 / math.sqrt(2)]),
+                                                       ([3.0], [3.0])])
+def test_advantages_are_standardised_from_two_samples_on(advantage, normalised):
+    # two samples: mean -0.5, sample std 1.5 * sqrt(2); one sample has no std: left as it is
+    w = 0.3
+    loss = PPOKLLoss(Policy(TwoActionActor(w), ConstCritic(0.0)), normalize_advantage=True)
+    out = loss(kl_batch(advantage))
+    p1 = 1 / (1 + math.exp(-w))
+    r = [p1 / 0.6, (1 - p1) / 0.5]
+    expected = -sum(ri * a for ri, a in zip(r, normalised)) / len(advantage)
+    assert math.isclose(out["loss_objective"].item(), expected, rel_tol=1e-5)
+
+
+def test_coefficient_rule_at_its_thresholds():
+    loss = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), kl_target=0.25, init_kl_coef=1.0)
+    loss.adapt(1.5 * 0.25)  # exactly 1.5 x target: inside the band, beta stays
+    assert loss.kl_coef == 1.0
+    loss.adapt(0.5)  # above 1.5 x target (but below 2.5 x): doubles
+    assert loss.kl_coef == 2.0
+    loss.adapt(0.25 / 1.5)  # exactly target / 1.5: stays
+    assert loss.kl_coef == 2.0
+    loss.adapt(0.15)  # below target / 1.5 (but above target / 2.5): halves
+    assert loss.kl_coef == 1.0
+    loss.adapt(0.15)
+    assert loss.kl_coef == 0.5
+
+
+def test_hook_collects_without_a_pre_epoch_and_adapts_once_per_batch():
+    # a loop with no epochs (one pass over each batch) never calls pre_epoch
+    loss = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), kl_target=0.01, init_kl_coef=1.0)
+    hook = AdaptKLCoef()
+    trainer = type("T", (), {"loss": loss})()
+    for _ in range(2):
+        hook.post_loss(trainer, None, {"kl": torch.tensor(1.0)})
+        hook.post_steps(trainer)
+    assert loss.kl_coef == 4.0
+    hook.post_steps(trainer)  # a batch without updates: no KL measured, beta stays
+    assert loss.kl_coef == 4.0

@@ -120,3 +120,19 @@ def test_a2c_loss_is_the_advantage_weighted_log_prob():
     torch.testing.assert_close(out["loss_objective"], -(dist.log_prob(action) * adv).mean())
     torch.testing.assert_close(out["loss_critic"], 0.25 * (models.critic(obs) - target).pow(2).mean())
     torch.testing.assert_close(out["loss_entropy"], -0.01 * dist.entropy().mean())
+
+
+def test_a2c_and_dqn_defaults_match_their_configs():
+    # conf/loss/a2c.yaml and dqn.yaml: no entropy bonus, critic weight 0.5; Double DQN with a Huber loss
+    spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
+    models = actor_critic(spec, hidden=[16])
+    g = torch.Generator().manual_seed(2)
+    obs, action = torch.randn(B, 4, generator=g), torch.randint(2, (B,), generator=g)
+    target = torch.randn(B, generator=g)
+    td = TensorDict({"observation": obs, "action": action, "advantage": torch.randn(B, generator=g),
+                     "value_target": target}, [B])
+    out = A2CLoss(models)(td)
+    assert out["loss_entropy"].item() == 0.0
+    torch.testing.assert_close(out["loss_critic"], 0.25 * (models.critic(obs) - target).pow(2).mean())
+    dqn = DQNLoss(qnet(EnvSpec((3,), np.dtype(np.float32), True, 2), hidden=[8]), gamma=0.9)
+    assert dqn.double and dqn.loss == "huber" and dqn.tau == 1.0

@@ -100,3 +100,82 @@ def test_describe_lists_each_points_hooks_with_keys_and_origin():
     assert lines[pre + 2].split()[0] == "buffer" and "reads advantage" in lines[pre + 2]
     assert "post_steps:" not in lines  # points no hook implements are left out
     assert lines.index("process_optim_batch:") > pre
+
+
+def test_error_texts_name_the_reader_the_writer_and_the_fix():
+    # the whole text users see (key, message, fix), for each impossible order
+    hooks = {"gae": GAE(0.99), "early": ReadsAt("process_batch", "advantage")}
+    with pytest.raises(ConfigError) as info:
+        plan(hooks, COLLECTED)
+    assert str(info.value) == (
+        "hooks.early: hook 'early' reads 'advantage' at process_batch, but hook 'gae' writes it only at "
+        "pre_epoch, later in the loop\n  fix: hook 'early' must read it at pre_epoch or later, after 'gae', "
+        "or one of the two must go (`rlrun explain <overrides>` shows every point's hooks)")
+    with pytest.raises(ConfigError) as info:
+        plan({"buffer": OffPolicyReplay(())}, COLLECTED, ("observation", "priority"))
+    assert str(info.value) == (
+        "loss: the loss reads 'priority' at process_optim_batch, but neither the collector nor any hook "
+        "writes it\n  fix: add the hook that computes it (e.g. hooks.gae for 'advantage' and "
+        "'value_target'); `rlrun list hook` lists them")
+    # the loss reading a key a hook writes too late (after the optimisation step)
+    with pytest.raises(ConfigError) as info:
+        plan({"late": Writes("post_steps", "bonus")}, COLLECTED, ("bonus",))
+    assert str(info.value).startswith("loss: the loss reads 'bonus' at process_optim_batch, but hook "
+                                      "'late' writes it only at post_steps, later in the loop\n  fix: ")
+
+
+class Writes(Hook):
+    def __init__(self, point: str, key: str):
+        self.point, self.key = point, key
+
+    def io(self):
+        return {self.point: ((), (self.key,))}
+
+
+def test_cycle_error_text_names_the_first_stuck_hook():
+    class Swap(Hook):
+        def __init__(self, reads, writes):
+            self.r, self.w = reads, writes
+
+        def io(self):
+            return {"post_steps": ((self.r,), (self.w,))}
+
+    hooks = {"free": ReadsAt("post_steps", "observation"), "x": Swap("a", "b"), "y": Swap("b", "a")}
+    with pytest.raises(ConfigError) as info:
+        plan(hooks, COLLECTED | {"a", "b"})
+    assert str(info.value) == ("hooks.x: hooks 'x' and 'y' each need the other to run first at post_steps"
+                               "\n  fix: remove hooks.x or hooks.y")
+
+
+def test_after_naming_an_absent_hook_is_ignored():
+    class Late(Hook):
+        after = ("evaluation", "late")  # no evaluation hook in this run; itself: ignored
+
+        def post_steps_log(self, trainer, batch):
+            pass
+
+    class Other(Hook):
+        def post_steps_log(self, trainer, batch):
+            pass
+
+    assert plan({"late": Late(), "other": Other()}, COLLECTED)["post_steps_log"] == ["late", "other"]
+
+
+def test_describe_text_whole():
+    from rlrun.trainer.wiring import describe
+
+    class Both(Hook):
+        def io(self):
+            return {"post_steps": (("observation", "action"), ("bonus",))}
+
+    hooks = {"both": Both(), "reader": ReadsAt("post_steps", "bonus"), "silent": ObservationStats()}
+    order = plan(hooks, COLLECTED)
+    text = describe(order, hooks, {"both": "config: hooks.both"})
+    assert text.splitlines() == [
+        "process_batch:",
+        f"  {'silent':<18} {'ObservationStats':<16} []  reads observation",
+        "post_steps:",
+        f"  {'both':<18} {'Both':<16} [config: hooks.both]  reads observation, action  writes bonus",
+        f"  {'reader':<18} {'ReadsAt':<16} []  reads bonus",
+        f"  {'silent':<18} {'ObservationStats':<16} []",
+    ]

@@ -1,0 +1,84 @@
+"""The exact text users see for each wrong setting a loss or built-in component rejects.
+
+The CLI prints ``key: message`` and ``fix: ...`` (``RlrunError.render``) and exits with code 2; the
+key names what to change and the fix says how, so both are part of the interface, pinned here
+whole, for every raise in the mutation-tested modules that a config can reach.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlrun.algos.a2c import A2CLoss
+from rlrun.algos.dqn import DQNLoss
+from rlrun.algos.iql import IQLLoss
+from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
+from rlrun.algos.ppo import PPOLoss
+from rlrun.algos.td3 import DDPGLoss, TD3Loss
+from rlrun.envs.gym import EnvSpec
+from rlrun.errors import ConfigError
+from rlrun.modules.models import actor_critic, actor_twin_q, qnet
+from rlrun.modules.multiagent import GroupActor, GroupMLP
+from rlrun.modules.networks import TwinQCritic, ValueCritic
+from rlrun.policy import Policy
+from rlrun.trainer.hooks import make_target_update
+
+SPEC_D = EnvSpec((3,), "float32", True, 2)
+SPEC_C = EnvSpec((3,), "float32", False, 2)
+
+
+def no_critic():
+    return Policy(actor_critic(SPEC_D, hidden=[4]).actor)
+
+
+def marl_ppo_two_outputs():
+    actor = GroupActor(GroupMLP(2, 3, 2, []), "categorical", 2)
+    return MultiAgentPPOLoss(actor, GroupMLP(2, 3, 2, []))
+
+
+CASES = {
+    "a2c_no_critic": (lambda: A2CLoss(no_critic()),
+                      "model.name: A2C needs a value critic\n  fix: use model=actor_critic"),
+    "ppo_no_critic": (lambda: PPOLoss(no_critic()),
+                      "model.name: PPO needs a value critic\n  fix: use model=actor_critic"),
+    "ppo_critic_loss": (lambda: PPOLoss(actor_critic(SPEC_D, hidden=[4]), critic_loss="l1"),
+                        "loss.critic_loss: unknown critic_loss 'l1'\n  fix: use l2 or smooth_l1"),
+    "dqn_loss": (lambda: DQNLoss(qnet(SPEC_D, hidden=[4]), gamma=0.9, loss="mse"),
+                 "loss.loss: unknown loss 'mse'\n  fix: use huber or l2"),
+    "td3_stochastic": (lambda: TD3Loss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),
+                       "model.head: TD3 needs a deterministic actor\n  fix: set model.head=deterministic"),
+    "ddpg_stochastic": (lambda: DDPGLoss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),
+                        "model.head: DDPG needs a deterministic actor\n  fix: set model.head=deterministic"),
+    "ddpg_twin_q": (lambda: DDPGLoss(actor_twin_q(SPEC_C, hidden=[4], head="deterministic"), gamma=0.9),
+                    "model.num_q: DDPG uses one Q network\n  fix: set model.num_q=1"),
+    "marl_critic_outputs": (marl_ppo_two_outputs,
+                            "model.critic: the critic has 2 outputs per agent, not 1\n"
+                            "  fix: build the critic GroupMLP with out_dim=1"),
+    "marl_q_loss": (lambda: MultiAgentQLoss(GroupMLP(2, 3, 4, []), loss="mse"),
+                    "loss.loss: unknown loss 'mse'\n  fix: use l2 or huber"),
+    "qmix_no_state": (lambda: make_q_mixer("qmix", 3),
+                      "loss.mixer: QMIX needs a global state\n"
+                      "  fix: use an env with a global state (VMAS provides one) or loss.mixer=vdn"),
+    "unknown_mixer": (lambda: make_q_mixer("qtran", 3),
+                      "loss.mixer: unknown mixer 'qtran'\n  fix: use none, vdn or qmix"),
+    "target_update_without_targets": (
+        lambda: make_target_update(PPOLoss(actor_critic(SPEC_D, hidden=[4]))),
+        "hooks.target_update: the loss PPOLoss has no target networks\n  fix: remove hooks.target_update"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_config_error_text(case):
+    make, text = CASES[case]
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert str(info.value) == text
+
+
+def test_iql_expectile_error_names_the_bound_and_the_value():
+    critic = TwinQCritic(3, 2, [4], "relu")
+    with pytest.raises(ValueError) as info:
+        IQLLoss(actor_twin_q(SPEC_C, hidden=[4]).actor, critic, ValueCritic(torch.nn.Linear(3, 1)),
+                expectile=1.0)
+    assert str(info.value) == "expectile must be in (0, 1), got 1.0"

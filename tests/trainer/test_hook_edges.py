@@ -1,0 +1,90 @@
+"""Built-in hooks at their edges: non-finite TD errors, hooks called out of the usual order,
+a checkpoint boundary on the run's last batch, evaluation state before the first evaluation."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rlrun.trainer.builtins import Checkpointing, DivergenceGuard
+from rlrun.trainer.evaluation import Evaluation, Evaluator
+from rlrun.trainer.hooks import ObservationStats, OffPolicyReplay
+
+
+def test_non_finite_td_errors_reach_the_sampler_as_zero_priority():
+    # a diverging loss is stopped at the batch's end; until then its errors must not break the tree
+    calls = []
+    trainer = SimpleNamespace(buffer=SimpleNamespace(update_priority=lambda i, e: calls.append((i, e))))
+    sub = TensorDict({"index": torch.arange(5), "priority_weight": torch.ones(5)}, [5])
+    errors = torch.tensor([float("nan"), float("inf"), -float("inf"), 2.0, -0.5])
+    OffPolicyReplay().post_loss(trainer, sub, {"td_error": errors})
+    (index, error), = calls
+    assert index.tolist() == [0, 1, 2, 3, 4] and error.tolist() == [0.0, 0.0, 0.0, 2.0, -0.5]
+
+
+def test_observation_stats_declares_its_read_and_ignores_a_batchless_step():
+    hook = ObservationStats()
+    assert hook.io() == {"process_batch": (("observation",), ())}
+    updates = []
+    trainer = SimpleNamespace(policy=SimpleNamespace(normalizer=SimpleNamespace(update=updates.append)))
+    hook.post_steps(trainer)  # optimiser steps with no new batch (e.g. a resumed run's first call)
+    assert updates == []
+    obs = torch.randn(4, 3)
+    hook.process_batch(trainer, TensorDict({"observation": obs}, [4]))
+    hook.post_steps(trainer)
+    hook.post_steps(trainer)  # once per batch, not once per call
+    assert len(updates) == 1 and updates[0] is obs
+
+
+def test_divergence_guard_without_gradient_norms():
+    # an optimiser wrapper that does not clip gradients keeps no norms
+    trainer = SimpleNamespace(optimizer=SimpleNamespace(), frames=10, diverged=None)
+    trainer.diverge = lambda what: setattr(trainer, "diverged", what)
+    guard = DivergenceGuard(nn.Linear(2, 1))
+    guard.post_loss(trainer, None, {"loss_a": torch.tensor(1.0)})
+    guard.post_steps(trainer)
+    assert trainer.diverged is None
+
+
+def checkpoint_trainer(frames, total):
+    return SimpleNamespace(frames=frames, collector=SimpleNamespace(total_frames=total), stop_reason=None,
+                           diverged=None)
+
+
+def test_checkpoint_every_batch_with_interval_one():
+    saved = []
+    hook = Checkpointing(lambda: saved.append(trainer.frames), 1)
+    for frames in (100, 200, 300):
+        trainer = checkpoint_trainer(frames, 1000)
+        hook.post_steps_log(trainer, None)
+    assert saved == [100, 200, 300] and hook.next_at == 301
+
+
+def test_a_checkpoint_due_on_the_last_batch_is_left_to_the_final_save():
+    saved = []
+    hook = Checkpointing(lambda: saved.append(trainer.frames), 500)
+    for frames in (500, 1000):
+        trainer = checkpoint_trainer(frames, 1000)
+        hook.post_steps_log(trainer, None)
+    assert saved == [500] and hook.next_at == 1500
+
+
+class OneStepEnv:
+    num_envs = 1
+
+    def reset(self, seed=None):
+        return np.zeros((1, 2), dtype=np.float32)
+
+
+def test_evaluation_state_before_the_first_evaluation_and_from_old_checkpoints():
+    hook = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    # a checkpoint written before any evaluation (e.g. at frame 100, interval 250)
+    assert hook.state_dict() == {"next_at": 250, "last": {}, "seconds": 0.0}
+    other = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    other.seconds = 5.0
+    other.load_state_dict({"next_at": 500, "last": {"eval/episode_return": 1.0}})  # no "seconds" yet
+    assert (other.next_at, other.last, other.seconds) == (500, {"eval/episode_return": 1.0}, 0.0)

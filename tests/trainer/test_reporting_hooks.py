@@ -1,0 +1,76 @@
+"""reporting_hooks from a small config built here (not the config tree): which hooks, with which settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+import rlrun.video
+from rlrun.trainer.builtins import learning_hooks, reporting_hooks
+from rlrun.trainer.evaluation import Evaluation
+from rlrun.trainer.hooks import LinearLR, TrainStats
+
+EVAL_ENV = SimpleNamespace(num_envs=2)
+
+
+def cfg(**eval_cfg):
+    return OmegaConf.create({"seed": 7, "env": {"id": "CartPole-v1"},
+                             "eval": {"episodes": 5, "interval_frames": 3000, **eval_cfg}})
+
+
+def test_constant_lr_gets_metrics_then_evaluation_with_the_configured_schedule():
+    hooks = reporting_hooks(cfg(target_return=195.0), SimpleNamespace(lr_schedule="constant"), EVAL_ENV,
+                            "cpu")
+    assert list(hooks) == ["train_stats", "evaluation"]
+    assert isinstance(hooks["train_stats"][0], TrainStats)
+    evaluation, why = hooks["evaluation"]
+    assert isinstance(evaluation, Evaluation) and why == "built in: eval.*"
+    assert (evaluation.interval, evaluation.next_at, evaluation.target) == (3000, 3000, 195.0)
+    evaluator = evaluation.evaluator
+    assert evaluator.env is EVAL_ENV and evaluator.episodes == 5 and evaluator.device == "cpu"
+    assert evaluator.seed == 7 + 1_000_003  # never a training env's seed (those are seed + i)
+    assert evaluator.quota.tolist() == [3, 2]
+
+
+def test_linear_lr_comes_first_and_names_its_key():
+    hooks = reporting_hooks(cfg(), SimpleNamespace(lr_schedule="linear"), EVAL_ENV, "cpu")
+    assert list(hooks) == ["linear_lr", "train_stats", "evaluation"]
+    lr, why = hooks["linear_lr"]
+    assert isinstance(lr, LinearLR) and why == "built in: optim.lr_schedule=linear"
+    assert hooks["train_stats"][1] == "built in: metrics"
+    assert hooks["evaluation"][0].target is None  # no target_return: the run never stops early
+
+
+class RecordedVideo:
+    def __init__(self, env_cfg, seed, folder, every, device):
+        self.args = (env_cfg, seed, folder, every, device)
+
+
+@pytest.mark.parametrize(("run_dir", "every", "folder"), [
+    (Path("/tmp/run1"), 3, Path("/tmp/run1/videos")),
+    (None, None, Path("videos")),  # no run dir: videos/ under the working directory; every defaults to 1
+])
+def test_eval_video_is_added_only_when_asked_with_the_runs_folder(monkeypatch, run_dir, every, folder):
+    monkeypatch.setattr(rlrun.video, "EvalVideo", RecordedVideo)
+    config = cfg(video=True, **({} if every is None else {"video_every": every}))
+    hooks = reporting_hooks(config, SimpleNamespace(lr_schedule="constant"), EVAL_ENV, "cuda:1",
+                            run_dir=run_dir)
+    video, why = hooks["eval_video"]
+    assert list(hooks)[-1] == "eval_video" and why == "built in: eval.video=true"
+    env_cfg, seed, got_folder, got_every, device = video.args
+    assert env_cfg == config.env and seed == 7 + 1_000_003 and got_folder == folder
+    assert got_every == (every or 1) and device == "cuda:1"
+    assert "eval_video" not in reporting_hooks(cfg(video=False), SimpleNamespace(lr_schedule="constant"),
+                                               EVAL_ENV, "cpu")
+
+
+def test_learning_hooks_say_where_they_come_from():
+    # `rlrun explain` prints these origins beside each hook
+    on = learning_hooks(SimpleNamespace(on_policy=True, reads=("observation",), parameters=lambda: []))
+    off = learning_hooks(SimpleNamespace(on_policy=False, reads=("observation",), parameters=lambda: []))
+    assert on["buffer"][1] == "built in: the loss learns on-policy"
+    assert off["buffer"][1] == "built in: the loss learns off-policy"
+    assert on["divergence"][1] == off["divergence"][1] == "built in: stop at non-finite losses or weights"
