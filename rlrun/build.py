@@ -131,8 +131,10 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
                           fix="add hooks.target_update={name:target_update,interval_updates:1}")
 
     if offline:
-        steps = cfg.trainer.get("optim_steps_per_epoch") or getattr(collector, "updates_per_round",
-                                                                    OFFLINE_ROUND)
+        steps = cfg.trainer.get("optim_steps_per_epoch") or getattr(collector, "updates_per_round", None)
+        if not steps:  # rounds that divide every interval, so evaluations and checkpoints land on it
+            intervals = [cfg.eval.get("interval_updates"), cfg.checkpoint.get("interval_updates")]
+            steps = math.gcd(OFFLINE_ROUND, *(int(i) for i in intervals if i))
         return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, set(),
                    cfg.trainer.epochs_per_batch, steps, 0, budget)
     steps = _optim_steps(cfg, loss, buffer_cfg, cfg.collector.frames_per_batch)

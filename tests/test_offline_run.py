@@ -60,6 +60,19 @@ def test_an_offline_run_counts_updates_and_evaluates_on_its_interval(tmp_path, c
     assert mean.shape == (3,) and mean.abs().sum() > 0
 
 
+def test_without_a_round_length_rounds_divide_the_intervals_so_evaluations_land_on_them(
+        tmp_path, capsys, data_root):
+    """Rounds default to 1000 updates, cut to divide eval/checkpoint intervals (gcd): 150 gives 50."""
+    args = [a for a in offline_args(data_root, "total_updates=300", "eval.interval_updates=150",
+                                    "checkpoint.interval_updates=0")
+            if not a.startswith("trainer.optim_steps_per_epoch")]
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 0, err
+    rows = metric_rows(only_run_dir(tmp_path))
+    assert [int(float(r["updates"])) for r in rows if r.get("eval/episode_return")] == [150, 300]
+    assert [int(float(r["step"])) for r in rows] == [50, 100, 150, 200, 250, 300]
+
+
 def test_the_normaliser_is_set_from_the_dataset(data_root):
     from rlrun.datasets.minari_format import read_dataset
     from rlrun.envs.gym import EnvSpec
