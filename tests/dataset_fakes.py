@@ -27,3 +27,40 @@ def random_dataset(env_id: str, dataset_id: str, root, episodes: int = 6, seed: 
     write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
                   algorithm_name="random")
     env.close()
+
+
+def swing_up(obs: np.ndarray) -> np.ndarray:
+    """Energy-pumping swing-up, PD near the top (Pendulum-v1: returns about -130 from random starts)."""
+    c, s, w = obs
+    if c > 0.85:
+        u = -(12.0 * np.arctan2(s, c) + 2.5 * w)
+    else:
+        u = 2.0 * np.sign(w if w != 0 else 1.0) * (5.0 - (w * w / 6 + 5.0 * c))
+    return np.clip([u], -2.0, 2.0).astype(np.float32)
+
+
+def hold_down(obs: np.ndarray) -> np.ndarray:
+    """PD toward the bottom: the worst steady behaviour (about -900 over 100 steps)."""
+    c, s, w = obs
+    return np.clip([-(4.0 * np.arctan2(-s, -c) + 1.0 * w)], -2.0, 2.0).astype(np.float32)
+
+
+def mixed_dataset(dataset_id: str, root, episodes: int = 30, max_steps: int = 100) -> None:
+    """A third each: random actions (returns ~ -400 to -800 over 100 steps), swing-up (~ -0 to -250)
+    and holding the pendulum down (~ -900)."""
+    env = gym.make("Pendulum-v1", max_episode_steps=max_steps)
+    env.action_space.seed(0)
+    eps = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=i)
+        o, a, r, te_, tr_ = [obs], [], [], [], []
+        done = False
+        while not done:
+            act = (env.action_space.sample(), swing_up(obs), hold_down(obs))[i % 3]
+            obs, rew, te, tr, _ = env.step(act)
+            o.append(obs), a.append(act), r.append(rew), te_.append(te), tr_.append(tr)
+            done = te or tr
+        eps.append(Episode(np.array(o), np.array(a), np.array(r), np.array(te_), np.array(tr_)))
+    write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
+                  algorithm_name="random+swing-up")
+    env.close()

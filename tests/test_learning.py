@@ -37,7 +37,7 @@ def test_ppo_kl_cartpole_reaches_475_within_100k_frames(tmp_path, capsys):
     """The algorithm added to prove the contracts: its module and YAML, nothing else."""
     s = learn(tmp_path, capsys, "ppo_kl", "cartpole", 475, 10_000)
     assert s["eval/episode_return"] >= 475, s
-    assert s["frames"] <= 100_000 and s["eval/episodes"] == 10
+    assert s["total_frames"] == 100_000 and s["eval/episodes"] == 10
 
 
 def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, capsys):
