@@ -1,13 +1,16 @@
-"""Online DT: its loss terms by hand, the learned temperature, and a run through both phases."""
+"""Online DT: its loss terms by hand, the learned temperature, a run through both phases, resume."""
 
 from __future__ import annotations
 
 import math
+import signal
+import sys
+import time
 
 import numpy as np
 import pytest
 import torch
-from cli_utils import only_run_dir, run_cli, summary_of
+from cli_utils import only_run_dir, run_cli, spawn, summary_of
 from dataset_fakes import random_dataset
 from tensordict import TensorDict
 from torch.distributions import Normal
@@ -110,3 +113,51 @@ def test_an_odt_run_goes_through_both_phases_and_ends_at_exactly_its_updates(tmp
     assert "log_temperature" in state["loss"]
     # the trajectory buffer holds the dataset's 6 episodes and the collected ones
     assert len(state["buffer"]["episodes"]) == 6 + 3 * n_envs
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_sigtermed_odt_run_resumes_with_its_collected_episodes_and_ends_at_exactly_its_updates(
+        tmp_path, data_root):
+    # 2 offline rounds of 50 updates, then online rounds of one 40-step episode per sub-env
+    args = ["algo=odt", "env=pendulum", f"dataset={DATASET}", f"dataset_root={data_root}",
+            "total_updates=1000", "online.offline_updates=100", "online.updates_per_round=50",
+            "eval.interval_updates=0", "eval.episodes=1", "checkpoint.interval_updates=50", "logger=csv",
+            "progress=false", "model.hidden=16", "model.max_timestep=60", "buffer.slice_len=4",
+            "buffer.batch_size=8", "optim.warmup_steps=20", "env.max_episode_steps=40",
+            "model.target_return=-100"]
+    proc = spawn(args, tmp_path)
+    deadline = time.time() + 120
+    before = None
+    while time.time() < deadline:  # until a checkpoint holds collected episodes (checkpoints are atomic)
+        assert proc.poll() is None, proc.communicate()
+        ckpt = list(tmp_path.glob("runs/*/*/checkpoint.pt"))
+        if ckpt:
+            before = torch.load(ckpt[0], weights_only=False)
+            if before["collector"]["rounds"] >= 4:
+                break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    run_dir = only_run_dir(tmp_path)
+    stopped = summary_of(run_dir)
+    assert stopped["status"] == "interrupted" and 150 <= stopped["optim_steps"] < 1000, stopped
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)  # what the resume starts from
+    n_envs = saved["collector"]["frames"] // ((saved["collector"]["rounds"] - 2) * 40)
+    assert saved["buffer"]["is_online"] and len(saved["buffer"]["episodes"]) > 6
+
+    proc = spawn(args, tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"resuming from update {stopped['optim_steps']} of 1000" in err
+    summary = summary_of(run_dir)
+    assert summary["optim_steps"] == 1000 and summary["status"] == "finished"
+    final = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    # 20 rounds in all: 2 offline, 18 online, counted across the two processes
+    assert final["collector"]["rounds"] == 20 and summary["frames"] == 18 * 40 * n_envs
+    # the buffer came back: the dataset's 6 episodes, those collected before the signal (unchanged,
+    # in order), then those collected after the resume
+    episodes = final["buffer"]["episodes"]
+    assert len(episodes) == 6 + 18 * n_envs
+    for old, new in zip(saved["buffer"]["episodes"], episodes):
+        assert all(torch.equal(a, b) for a, b in zip(old, new))

@@ -15,9 +15,10 @@ from torch import Tensor, nn
 
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
+from rlrun.trainer.lamb import Lamb
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
-              "sgd": torch.optim.SGD}
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "lamb": Lamb,
+              "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
 
 
 class OptimizerStep:
@@ -25,7 +26,7 @@ class OptimizerStep:
 
     Args:
         param_groups: ``{group: parameters}`` from the loss.
-        optimizer: ``adam``, ``adamw``, ``rmsprop`` or ``sgd``.
+        optimizer: ``adam``, ``adamw``, ``lamb``, ``rmsprop`` or ``sgd``.
         lr: Learning rate of every group unless overridden in ``groups``.
         max_grad_norm: Clip each group's gradient norm (None: no clipping).
         groups: Per-group overrides, e.g. ``{"critic": {"lr": 1e-3}}``.
@@ -129,7 +130,7 @@ def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: Positive
                    warmup_steps: int = 0) -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
 
-    Registered as ``adam``, ``adamw``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
+    Registered as ``adam``, ``adamw``, ``lamb``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
     (or ``optim.name=rmsprop``) picks the optimiser; the options are shared.
     """
     kwargs: dict[str, Any] = {"weight_decay": weight_decay}

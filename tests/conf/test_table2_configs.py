@@ -1,4 +1,4 @@
-"""The paper's Table 2 configs: one per cell, Table 9's settings, and the IQL ones run a few updates."""
+"""The paper's Table 2 configs: one per cell, Table 9's settings, and each runs a few updates."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from importlib.resources import files
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 import yaml
 from cli_utils import only_run_dir, run_cli, summary_of
 
@@ -73,16 +74,31 @@ def _tiny_dataset(root, env: str) -> None:
                   gym_env.action_space, env_spec=gym_env.spec, root=root)
 
 
-@pytest.mark.parametrize("name", [n for n in PAPER if n.startswith("iql_")])
-def test_iql_table2_config_runs_a_few_updates(name, tmp_path, capsys, monkeypatch):
-    if not (CONF_DIR / "algo" / "iql.yaml").exists():
-        pytest.skip("algo=iql is not registered yet (issue 14: the offline loop)")
+# a few updates of each config on a tiny dataset: its own optimiser (DT/oDT: lamb), a tiny model
+TINY = ["total_updates=20", "buffer.batch_size=16", "eval.episodes=1", "eval.max_envs=1",
+        "eval.interval_updates=0", "checkpoint.interval_updates=0", "logger=none", "env.max_episode_steps=30"]
+TINY_MODEL = {"iql": [], "dt": ["model.hidden=16", "model.n_layers=1", "model.head_hidden=[16]"],
+              "odt": ["model.hidden=16", "model.n_layers=1", "model.head_hidden=[16]",
+                      # both phases: 2 offline rounds of 5 updates, then 2 online rounds
+                      "online.offline_updates=10", "online.updates_per_round=5", "online.max_steps=30"]}
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_each_table2_config_runs_a_few_updates(name, tmp_path, capsys, monkeypatch):
+    algo, env = name.split("_", 1)
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
-    _tiny_dataset(tmp_path / "datasets", name.split("_", 1)[1])
-    tiny = ["total_updates=20", "buffer.batch_size=16", "eval.episodes=1", "eval.max_envs=1",
-            "eval.interval_updates=0", "checkpoint.interval_updates=0", "logger=none",
-            "env.max_episode_steps=30"]
-    code, _, err = run_cli([f"+paper=table2/{name}", *tiny], tmp_path, capsys)
+    _tiny_dataset(tmp_path / "datasets", env)
+    code, _, err = run_cli([f"+paper=table2/{name}", *TINY, *TINY_MODEL[algo]], tmp_path, capsys)
     assert code == 0, err
-    summary = summary_of(only_run_dir(tmp_path))
+    run_dir = only_run_dir(tmp_path)
+    summary = summary_of(run_dir)
     assert summary["status"] == "finished" and summary["optim_steps"] == 20
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["optim"]["name"] == TABLE9[algo]["optim"]["name"]  # the config's optimiser, not overridden
+    if algo == "odt":
+        state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+        # 4 rounds: 2 offline (no env steps), 2 online that each collected one episode per sub-env
+        assert state["collector"]["rounds"] == 4 and state["buffer"]["is_online"]
+        assert 0 < summary["frames"] <= 2 * 30 and len(state["buffer"]["episodes"]) == 4 + 2
+    else:
+        assert summary["frames"] == 0

@@ -155,7 +155,7 @@ def test_state_dict_round_trip_continues_identically():
     assert not torch.equal(a2, a3)
 
 
-@pytest.mark.parametrize("name", ["adam", "adamw", "rmsprop", "sgd"])
+@pytest.mark.parametrize("name", ["adam", "adamw", "lamb", "rmsprop", "sgd"])
 def test_factory_builds_each_optimizer(name):
     a, _ = two_groups()
     opt = build("optim", {"name": name, "lr": 0.01, "weight_decay": 0.0,
