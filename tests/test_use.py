@@ -80,7 +80,8 @@ def test_load_and_exported_program_agree_action_for_action(tmp_path, capsys, env
     else:
         assert torch.equal(live, raw)
     assert np.array_equal(pi(obs.numpy()), live.numpy())              # numpy in, numpy out
-    assert np.array_equal(pi(obs[7].numpy()), live[7].numpy())        # one observation, unbatched
+    # one observation, unbatched: a batch of one takes another matmul kernel, which may round the last bit
+    np.testing.assert_allclose(pi(obs[7].numpy()), live[7].numpy(), rtol=0, atol=1e-6)
 
     code, out, err = run_cli(["export", str(run_dir), "--format", "pt2", "--out", str(tmp_path / "pi.pt2")],
                              tmp_path, capsys)

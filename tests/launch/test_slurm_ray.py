@@ -23,7 +23,11 @@ def preset(**changes) -> dict:
     return params
 
 
-def test_the_sbatch_script_asks_for_one_task_per_node_on_n_nodes_and_srun_starts_them(tmp_path):
+def test_the_sbatch_script_asks_for_one_task_per_node_on_n_nodes_and_srun_starts_them(tmp_path, monkeypatch):
+    import submitit.slurm.slurm
+
+    # the script's text needs no cluster; submitit refuses to build an executor where srun is absent
+    monkeypatch.setattr(submitit.slurm.slurm.SlurmExecutor, "affinity", classmethod(lambda cls: 1))
     launcher = SlurmRayLauncher(**preset(nodes=4, submitit_folder=str(tmp_path / "%j")))
     assert launcher.options == {"wait": True, "ray_port": 6379, "ray_start_timeout_s": 600}
     executor = launcher._executor()
