@@ -98,7 +98,8 @@ BAD_INPUTS = [
     (["optim.eps=0"], ["optim.eps: must be a number > 0, got 0"]),
     (["optim.weight_decay=-1"], ["optim.weight_decay: must be a number >= 0, got -1"]),
     (["optim.max_grad_norm=0"], ["optim.max_grad_norm: must be a number > 0 or null, got 0"]),
-    (["optim.lr_schedule=cosine"], ["optim.lr_schedule: must be one of constant, linear, warmup, got 'cosine'"]),
+    (["optim.lr_schedule=cosine"],
+     ["optim.lr_schedule: must be one of constant, linear, warmup, got 'cosine'"]),
     (["optim.name=adamax"], ["optim.name: unknown optim 'adamax'"]),
     (["optim=adamax"], ["optim: unknown optim 'adamax'"]),
     # envs
