@@ -101,9 +101,30 @@ def test_offline_update_benchmark_times_both_iql_steps():
     from rlrun.benchmarks import offline_update
 
     result = offline_update.run(quick=True, reps=1)
-    (row,) = result["rows"]
-    assert row["rlrun_per_s"] > 0 and row["hand_per_s"] > 0 and 0 < row["ratio"] < 100
-    assert "IQL" in offline_update.render(result)
+    assert [r["workload"].split()[0] for r in result["rows"]] == ["IQL", "DT"]
+    for row in result["rows"]:
+        assert row["rlrun_per_s"] > 0 and row["hand_per_s"] > 0 and 0 < row["ratio"] < 100
+    assert "IQL" in offline_update.render(result) and "DT update" in offline_update.render(result)
+
+
+def test_offline_update_sides_compute_the_same_dt_step():
+    """From the same weights and batches (dropout off), three updates leave both sides' DT equal."""
+    from rlrun.benchmarks import offline_update as ou
+
+    torch.manual_seed(0)
+    mine = ou.dt_policy()
+    with torch.no_grad():
+        mine.normalizer.mean.fill_(0.5), mine.normalizer.var.fill_(4.0)  # a normaliser that matters
+    ref = copy.deepcopy(mine)
+    mine.model.eval(), ref.model.eval()  # dropout off: the same function on both sides
+    batches = ou.dt_batches()
+    before = [p.detach().clone() for p in mine.model.parameters()]
+    ou.rlrun_dt(batches, mine, warmup_steps=2)(3)  # a short warm-up: weights move ~lr = 1e-4 per step
+    ou.bare_dt(batches, ref, warmup_steps=2)(3)
+    for a, b in zip(mine.model.parameters(), ref.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    moved = max((p - p0).abs().max().item() for p, p0 in zip(mine.model.parameters(), before))
+    assert moved > 1e-5  # both sides updated, far beyond the tolerance
 
 
 def test_offline_update_sides_compute_the_same_iql_step():
