@@ -12,6 +12,7 @@ from torch import nn
 
 from rlrun.algos.iql import IQLLoss, dataset_log_prob, expectile_loss
 from rlrun.envs.gym import EnvSpec
+from rlrun.errors import ConfigError
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
 from rlrun.policy import Policy
 
@@ -139,7 +140,7 @@ def test_logged_diagnostics_by_hand():
 
 @pytest.mark.parametrize("expectile", [0.0, 1.0, 1.5, -0.1])
 def test_expectile_must_lie_strictly_between_0_and_1(expectile):
-    with pytest.raises(ValueError, match="expectile"):
+    with pytest.raises(ConfigError, match="expectile"):
         build("normal", expectile=expectile)
 
 

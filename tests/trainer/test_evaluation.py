@@ -18,7 +18,8 @@ class FramesEvaluator:
     def __init__(self):
         self.trainer = None
 
-    def evaluate(self, act):
+    def evaluate(self, act, context=None):
+        assert context is None  # a Markov policy: no per-episode context
         return np.array([float(self.trainer.frames)] * 2)
 
 

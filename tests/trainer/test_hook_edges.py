@@ -51,8 +51,8 @@ def test_divergence_guard_without_gradient_norms():
 
 
 def checkpoint_trainer(frames, total):
-    return SimpleNamespace(frames=frames, collector=SimpleNamespace(total_frames=total), stop_reason=None,
-                           diverged=None)
+    # a frame budget: the trainer's clock is its frame count, done once the total is reached
+    return SimpleNamespace(frames=frames, clock=frames, done=frames >= total, stop_reason=None, diverged=None)
 
 
 def test_checkpoint_every_batch_with_interval_one():
@@ -81,10 +81,10 @@ class OneStepEnv:
 
 
 def test_evaluation_state_before_the_first_evaluation_and_from_old_checkpoints():
-    hook = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    hook = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval=250)
     # a checkpoint written before any evaluation (e.g. at frame 100, interval 250)
     assert hook.state_dict() == {"next_at": 250, "last": {}, "seconds": 0.0}
-    other = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    other = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval=250)
     other.seconds = 5.0
     other.load_state_dict({"next_at": 500, "last": {"eval/episode_return": 1.0}})  # no "seconds" yet
     assert (other.next_at, other.last, other.seconds) == (500, {"eval/episode_return": 1.0}, 0.0)

@@ -418,7 +418,7 @@ class ConstantEvaluator:
     def __init__(self, value: float):
         self.value, self.calls = value, 0
 
-    def evaluate(self, act):
+    def evaluate(self, act, context=None):
         self.calls += 1
         return np.array([self.value, self.value])
 

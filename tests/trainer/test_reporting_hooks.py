@@ -27,7 +27,7 @@ def test_constant_lr_gets_metrics_then_evaluation_with_the_configured_schedule()
     assert list(hooks) == ["train_stats", "evaluation"]
     assert isinstance(hooks["train_stats"][0], TrainStats)
     evaluation, why = hooks["evaluation"]
-    assert isinstance(evaluation, Evaluation) and why == "built in: eval.*"
+    assert isinstance(evaluation, Evaluation) and why == "built in: eval.* (every eval.interval_frames)"
     assert (evaluation.interval, evaluation.next_at, evaluation.target) == (3000, 3000, 195.0)
     evaluator = evaluation.evaluator
     assert evaluator.env is EVAL_ENV and evaluator.episodes == 5 and evaluator.device == "cpu"
