@@ -12,6 +12,7 @@ import pytest
 from rlrun.algos.a2c import A2CLoss
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.iql import IQLLoss
+from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss
 from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
@@ -24,6 +25,8 @@ from rlrun.trainer.hooks import make_target_update
 
 SPEC_D = EnvSpec((3,), "float32", True, 2)
 SPEC_C = EnvSpec((3,), "float32", False, 2)
+NOT_A_GROUP = ("model.name: loss={} trains agent groups, but model=Policy is single-agent\n"
+               "  fix: use the algorithm's own model (e.g. algo=mappo sets model=group_actor_critic)")
 
 
 def no_critic():
@@ -60,6 +63,12 @@ CASES = {
                       "  fix: use an env with a global state (VMAS provides one) or loss.mixer=vdn"),
     "unknown_mixer": (lambda: make_q_mixer("qtran", 3),
                       "loss.mixer: unknown mixer 'qtran'\n  fix: use none, vdn or qmix"),
+    "marl_ppo_single_agent": (lambda: GroupPPOLoss(actor_critic(SPEC_D, hidden=[4])),
+                              NOT_A_GROUP.format("marl_ppo")),
+    "marl_q_single_agent": (lambda: GroupQLoss(qnet(SPEC_D, hidden=[4]), SPEC_D, gamma=0.9),
+                            NOT_A_GROUP.format("marl_q")),
+    "maddpg_single_agent": (lambda: MADDPGLoss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),
+                            NOT_A_GROUP.format("maddpg")),
     "target_update_without_targets": (
         lambda: make_target_update(PPOLoss(actor_critic(SPEC_D, hidden=[4]))),
         "hooks.target_update: the loss PPOLoss has no target networks\n  fix: remove hooks.target_update"),
