@@ -77,6 +77,8 @@ def test_loss_terms_are_the_paper_actor_critic_terms():
                 "loss_entropy": -0.01 * entropy}
     for k, v in expected.items():
         assert out[k].item() == pytest.approx(v.item(), rel=1e-5, abs=1e-7), k
+    assert set(out) == {*expected, "entropy"}  # the logged entropy: the bonus's, before its weight
+    assert out["entropy"].item() == pytest.approx(entropy.item(), rel=1e-5)
     out["loss_objective"].backward()  # the policy-gradient term moves the actor only
     assert all(p.grad is None or not p.grad.any() for p in policy.critic.parameters())
 
@@ -136,3 +138,21 @@ def test_vtrace_hook_with_lagging_behaviour_and_mid_rollout_truncation(rho_bar, 
 def test_vtrace_hook_refuses_rho_bar_below_c_bar():
     with pytest.raises(ConfigError, match="rho_bar"):
         VTrace(GAMMA, rho_bar=0.5, c_bar=1.0)
+
+
+def dotted_keys(td: TensorDict) -> set[str]:
+    return {k if isinstance(k, str) else ".".join(k) for k in td.keys(True, True)}
+
+
+def test_vtrace_hook_declares_exactly_what_it_reads_and_writes():
+    reads = ("observation", "action", "sample_log_prob", "next.observation", "next.reward", "next.terminated",
+             "next.done")
+    hook = VTrace(GAMMA)
+    assert hook.io() == {"pre_epoch": (reads, ("advantage", "value_target"))}
+    # a rollout with only the declared inputs is enough, and gains only the declared outputs
+    policy = models()
+    td = rollout(policy).select(*(tuple(k.split(".")) for k in reads))
+    before = dotted_keys(td)
+    assert before == set(reads)
+    run_hook(hook, policy, td)
+    assert dotted_keys(td) - before == {"advantage", "value_target"}

@@ -11,6 +11,7 @@ import pytest
 
 from rlrun.algos.a2c import A2CLoss
 from rlrun.algos.dqn import DQNLoss
+from rlrun.algos.impala import IMPALALoss
 from rlrun.algos.iql import IQLLoss
 from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss
 from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
@@ -69,6 +70,9 @@ CASES = {
                             NOT_A_GROUP.format("marl_q")),
     "maddpg_single_agent": (lambda: MADDPGLoss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),
                             NOT_A_GROUP.format("maddpg")),
+    "impala_no_critic": (lambda: IMPALALoss(no_critic()),
+                         "model.name: IMPALA needs a value critic\n"
+                         "  fix: use model=actor_critic or model=actor_critic_cnn"),
     "target_update_without_targets": (
         lambda: make_target_update(PPOLoss(actor_critic(SPEC_D, hidden=[4]))),
         "hooks.target_update: the loss PPOLoss has no target networks\n  fix: remove hooks.target_update"),
