@@ -210,6 +210,25 @@ def test_rolling_context_by_hand():
     assert ctx.observation[0, :, 0].tolist() == [3.0, 5.0, 6.0] and ctx.timestep[0].tolist() == [1, 2, 3]
 
 
+
+def test_rolling_context_keeps_features_of_a_step_together_and_resets_every_row():
+    from rlrun.modules.transformer import RollingContext
+    # two features per observation: the window must shift whole steps, not single numbers
+    ctx = RollingContext(num_envs=2, context=2, obs_dim=2, action_dim=1, target_return=3.0)  # rtg_scale 1
+    ctx.observe(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    ctx.record(torch.tensor([[0.5], [-0.5]]), torch.tensor([1.0, 0.5]))
+    rtg, obs, act, t, mask = ctx.observe(torch.tensor([[5.0, 6.0], [7.0, 8.0]]))
+    assert obs.tolist() == [[[1.0, 2.0], [5.0, 6.0]], [[3.0, 4.0], [7.0, 8.0]]]
+    assert rtg[:, :, 0].tolist() == [[3.0, 2.0], [3.0, 2.5]]  # unscaled: the default rtg_scale is 1
+    assert act[:, :, 0].tolist() == [[0.5, 0.0], [-0.5, 0.0]]
+    assert t.dtype == torch.long and mask.dtype == torch.bool  # embedding indices, attention mask
+    ctx.reset()  # every row: an evaluation starting afresh
+    assert not ctx.mask.any() and not ctx.observation.any() and not ctx.timestep.any()
+    rtg, obs, _, t, mask = ctx.observe(torch.tensor([[9.0, 9.0], [9.0, 9.0]]))
+    assert rtg[:, -1, 0].tolist() == [3.0, 3.0] and t[:, -1].tolist() == [0, 0]
+    assert mask.tolist() == [[False, True]] * 2
+
+
 def _target(s):
     return 0.5 * s[..., 0] - 0.3 * s[..., 1]
 
