@@ -119,3 +119,28 @@ def test_dataset_slices_sample_the_configured_batch_and_save_only_the_sampler():
     slices.load_state_dict({"generator": "other"})
     assert sampler.loaded == {"generator": "other"}
 
+
+
+def test_odt_loss_settings_groups_and_errors():
+    policy = tiny("tanh_normal")
+    loss = ODTActionLoss(policy, SPEC, gamma=1.0, init_temperature=0.2, target_entropy=-0.5)
+    assert loss.target_entropy == -0.5
+    assert math.exp(loss.log_temperature.item()) == pytest.approx(0.2)
+    assert ODTActionLoss(policy, SPEC, gamma=1.0).target_entropy == -2.0  # null: -action_dim (Zheng et al.)
+    groups = loss.param_groups()
+    assert list(groups) == ["model", "temperature"]  # the optim config's group keys
+    assert groups["model"] == list(policy.model.parameters())
+    assert groups["temperature"] == [loss.log_temperature]
+    with pytest.raises(ConfigError) as info:
+        ODTActionLoss(policy, SPEC, gamma=1.0, init_temperature=0.0)  # log 0: the temperature could not learn
+    assert str(info.value) == "loss.init_temperature: must be > 0, got 0.0\n  fix: e.g. 0.1"
+
+
+def test_dt_losses_refuse_a_policy_that_is_not_a_decision_transformer():
+    from rlrun.modules.models import actor_critic
+
+    for make, name in ((DTActionLoss, "dt"), (ODTActionLoss, "odt")):
+        with pytest.raises(ConfigError) as info:
+            make(actor_critic(SPEC, hidden=[4]), SPEC, gamma=1.0)
+        assert str(info.value) == (f"model: loss={name} trains a Decision Transformer, not Policy\n"
+                                   "  fix: use model=dt")
