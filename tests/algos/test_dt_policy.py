@@ -4,6 +4,7 @@ bookkeeping per row, train/eval mode, online DT's sampled action, optimiser grou
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -144,3 +145,17 @@ def test_dt_losses_refuse_a_policy_that_is_not_a_decision_transformer():
             make(actor_critic(SPEC, hidden=[4]), SPEC, gamma=1.0)
         assert str(info.value) == (f"model: loss={name} trains a Decision Transformer, not Policy\n"
                                    "  fix: use model=dt")
+
+
+def test_dataset_actions_map_into_the_unit_box_clamped_and_in_float32():
+    from rlrun.algos.dt import unit_actions
+
+    box = SimpleNamespace(low=np.array([-2.0, 0.0]), high=np.array([2.0, 10.0]))  # float64 bounds
+    data = SimpleNamespace(action_space=box, action=torch.tensor([[1.0, 5.0], [-2.5, 10.5], [2.0, 0.0]]))
+    mapped = unit_actions(data)
+    # 2 (a - low) / (high - low) - 1, then clamped: stored actions a hair outside the box stay in it
+    assert mapped.tolist() == [[0.5, 0.0], [-1.0, 1.0], [1.0, -1.0]]
+    assert mapped.dtype == torch.float32
+    half_open = SimpleNamespace(low=np.array([-2.0, 0.0]), high=np.array([2.0, np.inf]))
+    raw = unit_actions(SimpleNamespace(action_space=half_open, action=data.action))
+    assert torch.equal(raw, data.action)  # an unbounded dimension: left in the env's units
