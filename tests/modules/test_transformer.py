@@ -63,6 +63,34 @@ def test_shapes_and_act(head, width, extra):
         assert bool((log_std >= -5.0).all()) and bool((log_std <= 2.0).all())
 
 
+@pytest.mark.parametrize("head", ["deterministic", "tanh_normal"])
+def test_act_is_the_newest_steps_output_and_ignores_left_padding(head):
+    m, td = model(head), inputs(pad=(1, 2))
+    noisy = td.clone()
+    pad = ~td["mask"]
+    for key in ("return_to_go", "observation", "action"):
+        noisy[key][pad] = 100.0 * torch.randn_like(noisy[key][pad])
+    args = [noisy[k] for k in ("return_to_go", "observation", "action", "timestep", "mask")]
+    act = m.act(*args)
+    # the newest step's prediction of the clean context: raw for DT, the tanh-squashed mean for oDT
+    newest = run(m, td)[:, -1]
+    expected = newest if head == "deterministic" else torch.tanh(newest[:, :ACT])
+    torch.testing.assert_close(act, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(act, (run(m, td)[:, -2] if head == "deterministic"
+                                    else torch.tanh(run(m, td)[:, -2, :ACT])))
+
+
+def test_loss_modules_name_their_optimiser_groups():
+    m = model("tanh_normal")
+    loss = ODTLoss(m, target_entropy=-0.7)
+    assert loss.target_entropy == -0.7
+    assert loss.param_groups() == {"model": list(m.parameters()), "temperature": [loss.log_temperature]}
+    dm = model()
+    assert DTLoss(dm).param_groups() == {"model": list(dm.parameters())}
+    with pytest.raises(ValueError, match="ODTLoss needs a tanh_normal head"):
+        ODTLoss(dm)
+
+
 def test_future_tokens_do_not_change_earlier_predictions():
     m, td = model(), inputs(pad=(0, 0))
     base = run(m, td)
