@@ -159,3 +159,18 @@ def test_double_dqn_values_the_online_choice_with_the_target_net_by_hand():
         _linear_q(loss.policy.critic, [[1.0, 0.0], [0.0, 1.0]])
         _linear_q(loss.target_critic, [[0.0, 2.0], [1.0, 0.0]])
         assert loss(td)["loss_critic"].item() == pytest.approx(0.5 * (3.0 - y) ** 2)
+
+
+def test_polyak_rates_ddpg_passes_its_own_and_td3_defaults_to_the_papers():
+    spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
+    ddpg = DDPGLoss(actor_twin_q(spec, hidden=[4], head="deterministic", num_q=1), gamma=0.99, tau=0.3)
+    assert ddpg.tau == 0.3
+    with torch.no_grad():
+        target = [p.clone() for p in ddpg.target_actor.parameters()]
+        for p in ddpg.policy.actor.parameters():
+            p.add_(1.0)
+    ddpg.update_targets()  # 0.7 target + 0.3 online = target + 0.3
+    for t, before in zip(ddpg.target_actor.parameters(), target):
+        torch.testing.assert_close(t, before + 0.3)
+    td3 = TD3Loss(actor_twin_q(spec, hidden=[4], head="deterministic"), gamma=0.99)
+    assert td3.tau == 0.005  # Fujimoto et al. 2018
