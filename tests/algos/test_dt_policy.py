@@ -50,26 +50,35 @@ def test_acting_during_training_leaves_the_model_in_training_mode():
     policy.model.eval()
     policy.act(torch.zeros(2, 3))
     assert not policy.model.training
+    policy.model.train()
+    actions = []
+    for _ in range(2):  # the same fresh context twice
+        policy.reset_context()
+        actions.append(policy.act(torch.ones(2, 3)))
+    assert torch.equal(actions[0], actions[1])  # no dropout when acting, even between updates
 
 
 class FixedGaussianModel(nn.Module):
-    """Outputs mu = 0.3 and log_std = log 0.5 at every step, for any context."""
+    """Three action dims; at the newest step mu = 0.3 and log_std = log 0.5, at earlier steps
+    mu = 5 and log_std = 0 (so an action read from another step is told apart)."""
 
-    obs_dim, action_dim, head = 3, 1, "tanh_normal"
+    obs_dim, action_dim, head = 3, 3, "tanh_normal"
 
     def forward(self, return_to_go, observation, action, timestep, mask):
         n, k = observation.shape[:2]
-        return torch.cat([torch.full((n, k, 1), 0.3), torch.full((n, k, 1), math.log(0.5))], -1)
+        out = torch.cat([torch.full((n, k, 3), 5.0), torch.zeros(n, k, 3)], -1)
+        out[:, -1] = torch.tensor([0.3] * 3 + [math.log(0.5)] * 3)
+        return out
 
 
 def test_online_dt_samples_a_squashed_gaussian_action_for_the_newest_step():
     policy = DTPolicy(FixedGaussianModel(), None, target_return=1.0, rtg_scale=1.0, eval_context=2)
-    ctx = RollingContext(4, 2, 3, 1, 1.0)
+    ctx = RollingContext(4, 3, 3, 3, 1.0)
     obs = torch.arange(12.0).reshape(4, 3)
     torch.manual_seed(5)
     action = policy.sample_action(obs, ctx)
     torch.manual_seed(5)
-    noise = torch.randn(4, 1)
+    noise = torch.randn(4, 3)
     torch.testing.assert_close(action, torch.tanh(0.3 + 0.5 * noise))
     assert torch.equal(ctx.observation[:, -1], obs) and ctx.mask[:, -1].all()  # the step is in the context
 
@@ -124,6 +133,8 @@ def test_dataset_slices_sample_the_configured_batch_and_save_only_the_sampler():
 
 def test_odt_loss_settings_groups_and_errors():
     policy = tiny("tanh_normal")
+    default = ODTActionLoss(policy, SPEC, gamma=1.0)
+    assert math.exp(default.log_temperature.item()) == pytest.approx(0.1)  # conf/loss/odt.yaml's
     loss = ODTActionLoss(policy, SPEC, gamma=1.0, init_temperature=0.2, target_entropy=-0.5)
     assert loss.target_entropy == -0.5
     assert math.exp(loss.log_temperature.item()) == pytest.approx(0.2)

@@ -156,3 +156,28 @@ def test_vtrace_hook_declares_exactly_what_it_reads_and_writes():
     assert before == set(reads)
     run_hook(hook, policy, td)
     assert dotted_keys(td) - before == {"advantage", "value_target"}
+
+
+def test_vtrace_hook_passes_its_clips_and_lambda_to_vtrace():
+    from rlrun.objectives.vtrace import vtrace
+
+    g = torch.Generator().manual_seed(3)
+    log_rho, reward, value, next_value = (torch.randn(2, 5, generator=g) for _ in range(4))
+    terminated = torch.zeros(2, 5, dtype=torch.bool)
+    done = terminated.clone()
+    done[0, 2] = True
+    hook = VTrace(GAMMA, rho_bar=2.0, c_bar=0.5, lmbda=0.7)
+    adv, target = hook.estimate(log_rho, reward, value, next_value, terminated, done)
+    # vtrace itself is checked against float64 loops in tests/objectives/test_vtrace.py
+    vs, expected_adv = vtrace(log_rho, reward, value, next_value, terminated, done, GAMMA, 2.0, 0.5, 0.7)
+    torch.testing.assert_close(target, vs)
+    torch.testing.assert_close(adv, expected_adv)
+    default = VTrace(GAMMA)
+    assert (default.rho_bar, default.c_bar, default.lmbda) == (1.0, 1.0, 1.0)  # the paper's
+
+
+def test_vtrace_error_names_both_clips():
+    with pytest.raises(ConfigError) as info:
+        VTrace(GAMMA, rho_bar=0.5, c_bar=1.0)
+    assert str(info.value) == ("hooks.vtrace.rho_bar: V-trace needs rho_bar >= c_bar, got 0.5 < 1.0\n"
+                               "  fix: raise rho_bar or lower c_bar")

@@ -293,6 +293,12 @@ def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
     assert before == set(reads)
 
 
+def test_maddpg_and_the_gae_hook_default_to_their_config_values():
+    assert MADDPGLoss(GroupPolicy(_LinearActor(), _SumCritic()), gamma=0.9).tau == 0.005  # conf/loss/maddpg
+    hook = MultiAgentGAE(gamma=0.99)
+    assert (hook.lmbda, hook.every_epoch) == (0.9, True)  # recomputed with each epoch's critic unless told
+
+
 vmas = pytest.importorskip("vmas")
 
 
