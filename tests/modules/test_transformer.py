@@ -124,8 +124,10 @@ def _reference_forward(m: DecisionTransformer, rtg, obs, act, timestep, mask):
         x = x + lin(y, p + "attn.proj")
         x = x + lin(act_fn(lin(ln(x, p + "ln2"), p + "mlp.0")), p + "mlp.2")
     x = ln(x, "ln_f").reshape(b, k, 3, h)[:, :, 1]
-    x = torch.relu(lin(x, "action_head.0"))  # one hidden layer in the head
-    out = lin(x, "action_head.2")
+    n_linear = len(m.action_head) // 2 + 1  # Linear, ReLU, ..., Linear
+    for i in range(n_linear - 1):
+        x = torch.relu(lin(x, f"action_head.{2 * i}"))
+    out = lin(x, f"action_head.{2 * (n_linear - 1)}")
     if m.head == "deterministic":
         return torch.tanh(out)
     mu, raw = out.chunk(2, -1)
@@ -135,11 +137,13 @@ def _reference_forward(m: DecisionTransformer, rtg, obs, act, timestep, mask):
 ACTIVATION = "gelu"
 
 
-@pytest.mark.parametrize("head", ["deterministic", "tanh_normal"])
-def test_forward_matches_a_float64_reference_of_the_architecture(head):
+@pytest.mark.parametrize(("head", "head_hidden"), [("deterministic", (8,)), ("tanh_normal", (8,)),
+                                                   ("deterministic", (8, 6))])
+def test_forward_matches_a_float64_reference_of_the_architecture(head, head_hidden):
     torch.manual_seed(3)
     m = DecisionTransformer(OBS, ACT, hidden=16, n_layers=2, n_heads=2, max_timestep=6, dropout=0.0,
-                            head=head, activation=ACTIVATION, head_hidden=(8,)).eval()
+                            head=head, activation=ACTIVATION, head_hidden=head_hidden).eval()
+    assert len(m.action_head) == 2 * len(head_hidden) + 1
     with torch.no_grad():  # larger weights than the init's, so every piece moves the output
         for p in m.parameters():
             p.normal_(0.0, 0.5)
@@ -150,6 +154,18 @@ def test_forward_matches_a_float64_reference_of_the_architecture(head):
     expected = _reference_forward(m, *args)
     valid = td["mask"]
     torch.testing.assert_close(out[valid], expected[valid], atol=1e-4, rtol=1e-4)
+    # no mask: every step valid, still causal
+    args[-1] = None
+    everything = torch.ones_like(td["mask"])
+    torch.testing.assert_close(m(*args).double(), _reference_forward(m, *args[:-1], everything),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_dt_loss_of_a_single_valid_step_is_its_squared_error():
+    m, td = model(), inputs(pad=(3, 3))[:1]  # one row, one valid step (the last)
+    pred = run(m, td)[0, -1]
+    expected = (pred - td["action"][0, -1]).pow(2).mean()
+    assert DTLoss(m)(td)["loss_action"].item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_three_action_dims_as_hoppers_split_into_mean_and_log_std():
