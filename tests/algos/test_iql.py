@@ -196,9 +196,9 @@ def test_the_value_network_is_an_mlp_of_the_observation_with_the_policys_normali
     norm = ObservationNormalizer((3,))
     policy = Policy(Actor(nn.Linear(3, 1), "normal", 1), TwinQCritic(3, 1, [], "relu"), norm)
     spec = EnvSpec((3,), np.float32, False, 1)
-    loss = IQLLoss(policy, spec, gamma=0.99, value_hidden=[5], activation="tanh")
+    loss = IQLLoss(policy, spec, gamma=0.99, value_hidden=[5], activation="relu")  # mlp defaults to tanh
     linears = [m for m in loss.value.net.modules() if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(3, 5), (5, 1)]  # V(s): one number
-    assert any(isinstance(m, nn.Tanh) for m in loss.value.net.modules())
+    assert any(isinstance(m, nn.ReLU) for m in loss.value.net.modules())
     assert loss.value.normalizer is norm  # V sees the observations the actor and critic see
     assert loss.value(torch.zeros(4, 3)).shape == (4,)

@@ -275,6 +275,21 @@ def test_maddpg_loss_of_a_batch_is_the_mean_of_its_rows():
     assert singles[0]["q_value"].item() == pytest.approx(4.5)  # Q = (3, 6)
 
 
+def test_maddpg_actor_term_with_several_action_dims_by_hand():
+    """Two agents, three action dims, o = 1 and a = 0.5 everywhere, mu(o) = 0.1 o, Q_i = c_i (sum o + sum a).
+    Agent 0's row: its own three dims become 0.1: sum a = 0.3 + 1.5 = 1.8, Q_0 = 1 * 7.8; agent 1's
+    row likewise, Q_1 = 2 * 7.8: actor loss -(7.8 + 15.6) / 2 = -11.7."""
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    batch = TensorDict({
+        "agents": {"observation": torch.ones(1, 2, 3), "action": torch.full((1, 2, 3), 0.5)},
+        "next": {"agents": {"observation": torch.ones(1, 2, 3), "reward": torch.zeros(1, 2, 1)},
+                 "terminated": torch.tensor([[True]])},
+    }, batch_size=[1])
+    out = MADDPGLoss(policy, gamma=0.5)(batch)
+    assert out["loss_actor"].item() == pytest.approx(-11.7)
+    assert out["q_value"].item() == pytest.approx((9.0 + 18.0) / 2)  # Q(o, a) = c_i * (6 + 3)
+
+
 def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
     reads = ("agents.observation", "next.agents.observation", "next.agents.reward", "next.terminated",
              "next.done")
