@@ -290,6 +290,34 @@ def test_maddpg_actor_term_with_several_action_dims_by_hand():
     assert out["q_value"].item() == pytest.approx((9.0 + 18.0) / 2)  # Q(o, a) = c_i * (6 + 3)
 
 
+def test_multiagent_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
+    # GPU batches take the torch path (gae on time-last views), not the in-place numba kernel
+    import rlrun.objectives.gae as gae_module
+    import rlrun.objectives.multiagent_gae as ma_module
+
+    monkeypatch.setattr(ma_module, "_numba_kernel", lambda: None)
+    monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
+    torch.manual_seed(0)
+    n, steps, agents = 2, 5, 3
+    policy = group_actor_critic(MultiAgentSpec(agents, (4,), False, 2), hidden=[8], centralised=True)
+    terminated = torch.zeros(n, steps, 1, dtype=torch.bool)
+    terminated[0, 2] = True
+    batch = TensorDict({
+        "agents": {"observation": torch.randn(n, steps, agents, 4)},
+        "next": {"agents": {"observation": torch.randn(n, steps, agents, 4),
+                            "reward": torch.randn(n, steps, agents, 1)},
+                 "terminated": terminated, "done": terminated.clone()},
+    }, batch_size=[n, steps])
+    MultiAgentGAE(gamma=0.9, lmbda=0.8).pre_epoch(types.SimpleNamespace(policy=policy, batches=1), batch)
+    with torch.no_grad():
+        value = policy.value(batch["agents", "observation"])
+        next_value = policy.value(batch["next", "agents", "observation"])
+    adv, target = _reference_gae(batch["next", "agents", "reward"].squeeze(-1), value, next_value,
+                                 terminated.squeeze(-1), terminated.squeeze(-1), 0.9, 0.8)
+    torch.testing.assert_close(batch["agents", "advantage"], adv)
+    torch.testing.assert_close(batch["agents", "value_target"], target)
+
+
 def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
     reads = ("agents.observation", "next.agents.observation", "next.agents.reward", "next.terminated",
              "next.done")
