@@ -199,5 +199,7 @@ def test_fixed_temperature_and_documented_defaults_of_the_optional_terms():
     loss = build(learn_alpha=False, init_alpha=0.5)
     assert not loss.log_alpha.requires_grad and "alpha" not in loss.param_groups()
     assert not loss.log_alpha_prime.requires_grad  # no Lagrange dual unless asked
-    default = CQLLoss(FixedActor(), TwinQCritic(2, 2, [], "relu"), action_dim=2)
+    spec = EnvSpec((2,), np.float32, False, 2)
+    default = CQLLoss(Policy(FixedActor(), TwinQCritic(2, 2, [], "relu")), spec, gamma=0.99)
     assert default.n_actions == 10 and default.target_action_gap == 10.0  # the authors' values
+    assert default.tau == 0.005  # polyak rate of the target critic, as SAC's

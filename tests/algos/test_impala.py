@@ -77,6 +77,8 @@ def test_loss_terms_are_the_paper_actor_critic_terms():
                 "loss_entropy": -0.01 * entropy}
     for k, v in expected.items():
         assert out[k].item() == pytest.approx(v.item(), rel=1e-5, abs=1e-7), k
+    assert set(out) == {*expected, "entropy"}  # the logged entropy: the bonus's, before its weight
+    assert out["entropy"].item() == pytest.approx(entropy.item(), rel=1e-5)
     out["loss_objective"].backward()  # the policy-gradient term moves the actor only
     assert all(p.grad is None or not p.grad.any() for p in policy.critic.parameters())
 
@@ -136,3 +138,46 @@ def test_vtrace_hook_with_lagging_behaviour_and_mid_rollout_truncation(rho_bar, 
 def test_vtrace_hook_refuses_rho_bar_below_c_bar():
     with pytest.raises(ConfigError, match="rho_bar"):
         VTrace(GAMMA, rho_bar=0.5, c_bar=1.0)
+
+
+def dotted_keys(td: TensorDict) -> set[str]:
+    return {k if isinstance(k, str) else ".".join(k) for k in td.keys(True, True)}
+
+
+def test_vtrace_hook_declares_exactly_what_it_reads_and_writes():
+    reads = ("observation", "action", "sample_log_prob", "next.observation", "next.reward", "next.terminated",
+             "next.done")
+    hook = VTrace(GAMMA)
+    assert hook.io() == {"pre_epoch": (reads, ("advantage", "value_target"))}
+    # a rollout with only the declared inputs is enough, and gains only the declared outputs
+    policy = models()
+    td = rollout(policy).select(*(tuple(k.split(".")) for k in reads))
+    before = dotted_keys(td)
+    assert before == set(reads)
+    run_hook(hook, policy, td)
+    assert dotted_keys(td) - before == {"advantage", "value_target"}
+
+
+def test_vtrace_hook_passes_its_clips_and_lambda_to_vtrace():
+    from rlrun.objectives.vtrace import vtrace
+
+    g = torch.Generator().manual_seed(3)
+    log_rho, reward, value, next_value = (torch.randn(2, 5, generator=g) for _ in range(4))
+    terminated = torch.zeros(2, 5, dtype=torch.bool)
+    done = terminated.clone()
+    done[0, 2] = True
+    hook = VTrace(GAMMA, rho_bar=2.0, c_bar=0.5, lmbda=0.7)
+    adv, target = hook.estimate(log_rho, reward, value, next_value, terminated, done)
+    # vtrace itself is checked against float64 loops in tests/objectives/test_vtrace.py
+    vs, expected_adv = vtrace(log_rho, reward, value, next_value, terminated, done, GAMMA, 2.0, 0.5, 0.7)
+    torch.testing.assert_close(target, vs)
+    torch.testing.assert_close(adv, expected_adv)
+    default = VTrace(GAMMA)
+    assert (default.rho_bar, default.c_bar, default.lmbda) == (1.0, 1.0, 1.0)  # the paper's
+
+
+def test_vtrace_error_names_both_clips():
+    with pytest.raises(ConfigError) as info:
+        VTrace(GAMMA, rho_bar=0.5, c_bar=1.0)
+    assert str(info.value) == ("hooks.vtrace.rho_bar: V-trace needs rho_bar >= c_bar, got 0.5 < 1.0\n"
+                               "  fix: raise rho_bar or lower c_bar")

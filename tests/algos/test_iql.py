@@ -12,6 +12,7 @@ from torch import nn
 
 from rlrun.algos.iql import IQLLoss, dataset_log_prob, expectile_loss
 from rlrun.envs.gym import EnvSpec
+from rlrun.errors import ConfigError
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
 from rlrun.policy import Policy
 
@@ -139,7 +140,7 @@ def test_logged_diagnostics_by_hand():
 
 @pytest.mark.parametrize("expectile", [0.0, 1.0, 1.5, -0.1])
 def test_expectile_must_lie_strictly_between_0_and_1(expectile):
-    with pytest.raises(ValueError, match="expectile"):
+    with pytest.raises(ConfigError, match="expectile"):
         build("normal", expectile=expectile)
 
 
@@ -187,3 +188,17 @@ def test_update_targets_moves_target_toward_online():
     w = loss.target_critic.weights[0][:, :, 0]
     expected = [[0.75 * t + 0.25 * o for t, o in zip(tr, orow)] for tr, orow in zip(TQW, QW)]
     assert torch.allclose(w, torch.tensor(expected))
+
+
+def test_the_value_network_is_an_mlp_of_the_observation_with_the_policys_normaliser():
+    from rlrun.modules.networks import ObservationNormalizer
+
+    norm = ObservationNormalizer((3,))
+    policy = Policy(Actor(nn.Linear(3, 1), "normal", 1), TwinQCritic(3, 1, [], "relu"), norm)
+    spec = EnvSpec((3,), np.float32, False, 1)
+    loss = IQLLoss(policy, spec, gamma=0.99, value_hidden=[5], activation="relu")  # mlp defaults to tanh
+    linears = [m for m in loss.value.net.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(3, 5), (5, 1)]  # V(s): one number
+    assert any(isinstance(m, nn.ReLU) for m in loss.value.net.modules())
+    assert loss.value.normalizer is norm  # V sees the observations the actor and critic see
+    assert loss.value(torch.zeros(4, 3)).shape == (4,)

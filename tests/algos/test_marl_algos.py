@@ -10,8 +10,10 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlrun.algos.marl import GroupQLoss, MADDPGLoss, MultiAgentGAE
+from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss, MultiAgentGAE
+from rlrun.algos.marl_losses import MultiAgentPPOLoss
 from rlrun.envs.vmas import MultiAgentSpec
+from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy, group_actor_critic, group_actor_q, group_qnet
 
 SPEC = MultiAgentSpec(n_agents=3, observation_shape=(4,), discrete=False, action_dim=2, state_shape=(12,))
@@ -182,6 +184,162 @@ def test_multiagent_gae_hook_matches_a_reference_loop(every_epoch):
             p.add_(0.1)
     hook.pre_epoch(trainer, batch)
     assert torch.equal(batch["agents", "advantage"], first) != every_epoch
+
+
+def _ppo_batch(seed: int) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict({"agents": {
+        "observation": torch.randn(6, 3, 4, generator=g), "action": torch.rand(6, 3, 2, generator=g),
+        "sample_log_prob": torch.randn(6, 3, generator=g) - 2.0, "advantage": torch.randn(6, 3, generator=g),
+        "value_target": torch.randn(6, 3, generator=g)}}, batch_size=[6])
+
+
+def test_marl_ppo_is_the_agent_dim_ppo_loss_with_its_settings():
+    torch.manual_seed(0)
+    policy = group_actor_critic(SPEC, hidden=[8])
+    default = GroupPPOLoss(policy).ppo  # MAPPO's settings (Yu et al. 2022): clip 0.2, critic weight 1
+    assert (default.clip_epsilon, default.entropy_coef, default.critic_coef, default.normalize_advantage) == (
+        0.2, 0.0, 1.0, True)
+    loss = GroupPPOLoss(policy, clip_epsilon=0.05, entropy_coef=0.3, critic_coef=0.7,
+                        normalize_advantage=False)
+    # the agent-dim loss, whose terms tests/algos/test_marl_losses.py checks by hand
+    reference = MultiAgentPPOLoss(policy.actor, policy.critic, 0.05, 0.3, 0.7, False)
+    batch = _ppo_batch(1)
+    out, expected = loss(batch), reference(batch)
+    assert set(out) == set(expected)
+    for key in expected:
+        torch.testing.assert_close(out[key], expected[key])
+    assert out["clip_fraction"].item() > 0  # the small clip range is the one in use
+
+
+def test_marl_q_passes_its_settings_and_defaults_to_the_td_loss():
+    policy = group_qnet(DISCRETE, hidden=[8])
+    td = GroupQLoss(policy, DISCRETE, gamma=0.9).td
+    assert (td.gamma, td.double, td.loss, td.tau) == (0.9, True, "l2", 0.005)
+    td = GroupQLoss(policy, DISCRETE, gamma=0.5, mixer="vdn", double=False, loss="huber", tau=1.0).td
+    assert (td.gamma, td.double, td.loss, td.tau) == (0.5, False, "huber", 1.0)
+    assert td.qnet is policy.critic
+    qmix = GroupQLoss(policy, DISCRETE, gamma=0.9, mixer="qmix")
+    assert qmix.reads == ("agents.observation", "agents.action", "next.agents.observation",
+                          "next.agents.reward", "next.terminated", "state", "next.state")
+    # an env without a global state (no state_shape at all) still trains IQL and VDN
+    stateless = types.SimpleNamespace(n_agents=3)
+    assert GroupQLoss(policy, stateless, gamma=0.9, mixer="vdn").td.mixer is not None
+
+
+def _q_batch(n: int) -> TensorDict:
+    g = torch.Generator().manual_seed(n)
+    return TensorDict({
+        "agents": {"observation": torch.randn(n, 3, 4, generator=g), "action": torch.randint(0, 5, (n, 3))},
+        "next": {"agents": {"observation": torch.randn(n, 3, 4, generator=g),
+                            "reward": torch.randn(n, 3, 1, generator=g)},
+                 "terminated": torch.tensor([[i % 2 == 0] for i in range(n)])},
+    }, batch_size=[n])
+
+
+def test_marl_q_forward_is_the_td_loss_of_the_batch():
+    torch.manual_seed(0)
+    loss = GroupQLoss(group_qnet(DISCRETE, hidden=[8]), DISCRETE, gamma=0.9, mixer="vdn")
+    batch = _q_batch(4)
+    out, expected = loss(batch), loss.td(batch)  # the agent-dim TD loss, checked by hand in test_marl_losses
+    assert set(out) == {"loss_critic", "q_value", "td_error"}
+    for key in out:
+        torch.testing.assert_close(out[key], expected[key])
+
+
+def test_maddpg_refuses_a_stochastic_actor_and_names_its_optimiser_groups():
+    with pytest.raises(ConfigError) as info:
+        MADDPGLoss(group_actor_critic(SPEC, hidden=[8]), gamma=0.9)
+    assert str(info.value) == "model.name: MADDPG needs a deterministic actor\n  fix: use model=group_actor_q"
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    groups = MADDPGLoss(policy, gamma=0.5).param_groups()
+    assert list(groups) == ["actor", "critic"]  # the optim config's per-group keys
+    assert groups["actor"] == [policy.actor.w] and groups["critic"] == [policy.critic.c]
+
+
+def test_maddpg_loss_of_a_batch_is_the_mean_of_its_rows():
+    """Three rows of two agents (batch size != agent count, so a wrong dim cannot broadcast)."""
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    loss = MADDPGLoss(policy, gamma=0.5, tau=1.0)
+    rows = [_maddpg_batch(terminated=t) for t in (False, True, False)]
+    for k, row in enumerate(rows):  # make the rows differ
+        row["agents", "observation"] += float(k)
+        row["next", "agents", "reward"] -= float(k)
+    batch = torch.cat(rows)
+    out = loss(batch)
+    singles = [loss(row) for row in rows]
+    for key in ("loss_critic", "loss_actor", "q_value"):
+        assert out[key].item() == pytest.approx(sum(o[key].item() for o in singles) / 3)
+    # and the single rows keep the hand-computed values of test_maddpg_loss_by_hand
+    assert singles[0]["loss_actor"].item() == pytest.approx(-5.0)
+    assert singles[0]["q_value"].item() == pytest.approx(4.5)  # Q = (3, 6)
+
+
+def test_maddpg_actor_term_with_several_action_dims_by_hand():
+    """Two agents, three action dims, o = 1 and a = 0.5 everywhere, mu(o) = 0.1 o, Q_i = c_i (sum o + sum a).
+    Agent 0's row: its own three dims become 0.1: sum a = 0.3 + 1.5 = 1.8, Q_0 = 1 * 7.8; agent 1's
+    row likewise, Q_1 = 2 * 7.8: actor loss -(7.8 + 15.6) / 2 = -11.7."""
+    policy = GroupPolicy(_LinearActor(), _SumCritic())
+    batch = TensorDict({
+        "agents": {"observation": torch.ones(1, 2, 3), "action": torch.full((1, 2, 3), 0.5)},
+        "next": {"agents": {"observation": torch.ones(1, 2, 3), "reward": torch.zeros(1, 2, 1)},
+                 "terminated": torch.tensor([[True]])},
+    }, batch_size=[1])
+    out = MADDPGLoss(policy, gamma=0.5)(batch)
+    assert out["loss_actor"].item() == pytest.approx(-11.7)
+    assert out["q_value"].item() == pytest.approx((9.0 + 18.0) / 2)  # Q(o, a) = c_i * (6 + 3)
+
+
+def test_multiagent_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
+    # GPU batches take the torch path (gae on time-last views), not the in-place numba kernel
+    import rlrun.objectives.gae as gae_module
+    import rlrun.objectives.multiagent_gae as ma_module
+
+    monkeypatch.setattr(ma_module, "_numba_kernel", lambda: None)
+    monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
+    torch.manual_seed(0)
+    n, steps, agents = 2, 5, 3
+    policy = group_actor_critic(MultiAgentSpec(agents, (4,), False, 2), hidden=[8], centralised=True)
+    terminated = torch.zeros(n, steps, 1, dtype=torch.bool)
+    terminated[0, 2] = True
+    batch = TensorDict({
+        "agents": {"observation": torch.randn(n, steps, agents, 4)},
+        "next": {"agents": {"observation": torch.randn(n, steps, agents, 4),
+                            "reward": torch.randn(n, steps, agents, 1)},
+                 "terminated": terminated, "done": terminated.clone()},
+    }, batch_size=[n, steps])
+    MultiAgentGAE(gamma=0.9, lmbda=0.8).pre_epoch(types.SimpleNamespace(policy=policy, batches=1), batch)
+    with torch.no_grad():
+        value = policy.value(batch["agents", "observation"])
+        next_value = policy.value(batch["next", "agents", "observation"])
+    adv, target = _reference_gae(batch["next", "agents", "reward"].squeeze(-1), value, next_value,
+                                 terminated.squeeze(-1), terminated.squeeze(-1), 0.9, 0.8)
+    torch.testing.assert_close(batch["agents", "advantage"], adv)
+    torch.testing.assert_close(batch["agents", "value_target"], target)
+
+
+def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
+    reads = ("agents.observation", "next.agents.observation", "next.agents.reward", "next.terminated",
+             "next.done")
+    writes = ("agents.advantage", "agents.value_target")
+    hook = MultiAgentGAE(gamma=0.9)
+    assert hook.io() == {"pre_epoch": (reads, writes)}
+    # a batch with only the declared inputs is enough, and gains only the declared outputs
+    batch = TensorDict({
+        "agents": {"observation": torch.randn(2, 3, 3, 4)},
+        "next": {"agents": {"observation": torch.randn(2, 3, 3, 4), "reward": torch.randn(2, 3, 3, 1)},
+                 "terminated": torch.zeros(2, 3, 1, dtype=torch.bool),
+                 "done": torch.zeros(2, 3, 1, dtype=torch.bool)}}, batch_size=[2, 3])
+    before = {".".join(k) for k in batch.keys(True, True)}
+    hook.pre_epoch(types.SimpleNamespace(policy=group_actor_critic(SPEC, hidden=[8]), batches=1), batch)
+    assert {".".join(k) for k in batch.keys(True, True)} - before == set(writes)
+    assert before == set(reads)
+
+
+def test_maddpg_and_the_gae_hook_default_to_their_config_values():
+    assert MADDPGLoss(GroupPolicy(_LinearActor(), _SumCritic()), gamma=0.9).tau == 0.005  # conf/loss/maddpg
+    hook = MultiAgentGAE(gamma=0.99)
+    assert (hook.lmbda, hook.every_epoch) == (0.9, True)  # recomputed with each epoch's critic unless told
 
 
 vmas = pytest.importorskip("vmas")

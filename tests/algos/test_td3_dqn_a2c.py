@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -136,3 +137,40 @@ def test_a2c_and_dqn_defaults_match_their_configs():
     torch.testing.assert_close(out["loss_critic"], 0.25 * (models.critic(obs) - target).pow(2).mean())
     dqn = DQNLoss(qnet(EnvSpec((3,), np.dtype(np.float32), True, 2), hidden=[8]), gamma=0.9)
     assert dqn.double and dqn.loss == "huber" and dqn.tau == 1.0
+
+
+def _linear_q(loss_or_policy_net, weight):
+    layer = next(m for m in loss_or_policy_net.modules() if isinstance(m, torch.nn.Linear))
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor(weight))
+        layer.bias.zero_()
+
+
+def test_double_dqn_values_the_online_choice_with_the_target_net_by_hand():
+    """Online Q(s) = (s0, s1), target Q'(s) = (2 s1, s0). At s' = (1, 2): the online net picks
+    action 1; Double DQN bootstraps Q'(s', 1) = 1, plain DQN max Q'(s') = 4. Reward 0.5,
+    gamma 0.9: y = 1.4 (double) or 4.1; Q(s, a=0) at s = (3, 0) is 3; l2 loss 0.5 (q - y)^2."""
+    spec = EnvSpec((2,), np.dtype(np.float32), True, 2)
+    td = TensorDict({"observation": torch.tensor([[3.0, 0.0]]), "action": torch.tensor([0]),
+                     "next": {"observation": torch.tensor([[1.0, 2.0]]), "reward": torch.tensor([[0.5]]),
+                              "terminated": torch.tensor([[False]])}}, [1])
+    for double, y in ((True, 1.4), (False, 4.1)):
+        loss = DQNLoss(qnet(spec, hidden=[]), gamma=0.9, double=double, loss="l2")
+        _linear_q(loss.policy.critic, [[1.0, 0.0], [0.0, 1.0]])
+        _linear_q(loss.target_critic, [[0.0, 2.0], [1.0, 0.0]])
+        assert loss(td)["loss_critic"].item() == pytest.approx(0.5 * (3.0 - y) ** 2)
+
+
+def test_polyak_rates_ddpg_passes_its_own_and_td3_defaults_to_the_papers():
+    spec = EnvSpec((3,), np.dtype(np.float32), False, 1)
+    ddpg = DDPGLoss(actor_twin_q(spec, hidden=[4], head="deterministic", num_q=1), gamma=0.99, tau=0.3)
+    assert ddpg.tau == 0.3
+    with torch.no_grad():
+        target = [p.clone() for p in ddpg.target_actor.parameters()]
+        for p in ddpg.policy.actor.parameters():
+            p.add_(1.0)
+    ddpg.update_targets()  # 0.7 target + 0.3 online = target + 0.3
+    for t, before in zip(ddpg.target_actor.parameters(), target):
+        torch.testing.assert_close(t, before + 0.3)
+    td3 = TD3Loss(actor_twin_q(spec, hidden=[4], head="deterministic"), gamma=0.99)
+    assert td3.tau == 0.005  # Fujimoto et al. 2018

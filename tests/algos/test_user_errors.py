@@ -8,11 +8,12 @@ whole, for every raise in the mutation-tested modules that a config can reach.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from rlrun.algos.a2c import A2CLoss
 from rlrun.algos.dqn import DQNLoss
+from rlrun.algos.impala import IMPALALoss
 from rlrun.algos.iql import IQLLoss
+from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss
 from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
@@ -20,12 +21,13 @@ from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.modules.multiagent import GroupActor, GroupMLP
-from rlrun.modules.networks import TwinQCritic, ValueCritic
 from rlrun.policy import Policy
 from rlrun.trainer.hooks import make_target_update
 
 SPEC_D = EnvSpec((3,), "float32", True, 2)
 SPEC_C = EnvSpec((3,), "float32", False, 2)
+NOT_A_GROUP = ("model.name: loss={} trains agent groups, but model=Policy is single-agent\n"
+               "  fix: use the algorithm's own model (e.g. algo=mappo sets model=group_actor_critic)")
 
 
 def no_critic():
@@ -62,6 +64,15 @@ CASES = {
                       "  fix: use an env with a global state (VMAS provides one) or loss.mixer=vdn"),
     "unknown_mixer": (lambda: make_q_mixer("qtran", 3),
                       "loss.mixer: unknown mixer 'qtran'\n  fix: use none, vdn or qmix"),
+    "marl_ppo_single_agent": (lambda: GroupPPOLoss(actor_critic(SPEC_D, hidden=[4])),
+                              NOT_A_GROUP.format("marl_ppo")),
+    "marl_q_single_agent": (lambda: GroupQLoss(qnet(SPEC_D, hidden=[4]), SPEC_D, gamma=0.9),
+                            NOT_A_GROUP.format("marl_q")),
+    "maddpg_single_agent": (lambda: MADDPGLoss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),
+                            NOT_A_GROUP.format("maddpg")),
+    "impala_no_critic": (lambda: IMPALALoss(no_critic()),
+                         "model.name: IMPALA needs a value critic\n"
+                         "  fix: use model=actor_critic or model=actor_critic_cnn"),
     "target_update_without_targets": (
         lambda: make_target_update(PPOLoss(actor_critic(SPEC_D, hidden=[4]))),
         "hooks.target_update: the loss PPOLoss has no target networks\n  fix: remove hooks.target_update"),
@@ -77,8 +88,7 @@ def test_config_error_text(case):
 
 
 def test_iql_expectile_error_names_the_bound_and_the_value():
-    critic = TwinQCritic(3, 2, [4], "relu")
-    with pytest.raises(ValueError) as info:
-        IQLLoss(actor_twin_q(SPEC_C, hidden=[4]).actor, critic, ValueCritic(torch.nn.Linear(3, 1)),
-                expectile=1.0)
-    assert str(info.value) == "expectile must be in (0, 1), got 1.0"
+    with pytest.raises(ConfigError) as info:
+        IQLLoss(actor_twin_q(SPEC_C, hidden=[4]), SPEC_C, gamma=0.99, expectile=1.0)
+    assert str(info.value) == ("loss.expectile: must be in (0, 1), got 1.0\n"
+                               "  fix: e.g. 0.7 (MuJoCo) or 0.9 (AntMaze)")

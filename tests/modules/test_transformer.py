@@ -63,6 +63,141 @@ def test_shapes_and_act(head, width, extra):
         assert bool((log_std >= -5.0).all()) and bool((log_std <= 2.0).all())
 
 
+@pytest.mark.parametrize("head", ["deterministic", "tanh_normal"])
+def test_act_is_the_newest_steps_output_and_ignores_left_padding(head):
+    m, td = model(head), inputs(pad=(1, 2))
+    noisy = td.clone()
+    pad = ~td["mask"]
+    for key in ("return_to_go", "observation", "action"):
+        noisy[key][pad] = 100.0 * torch.randn_like(noisy[key][pad])
+    args = [noisy[k] for k in ("return_to_go", "observation", "action", "timestep", "mask")]
+    act = m.act(*args)
+    # the newest step's prediction of the clean context: raw for DT, the tanh-squashed mean for oDT
+    newest = run(m, td)[:, -1]
+    expected = newest if head == "deterministic" else torch.tanh(newest[:, :ACT])
+    torch.testing.assert_close(act, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(act, (run(m, td)[:, -2] if head == "deterministic"
+                                    else torch.tanh(run(m, td)[:, -2, :ACT])))
+
+
+def test_loss_modules_name_their_optimiser_groups():
+    m = model("tanh_normal")
+    loss = ODTLoss(m, target_entropy=-0.7)
+    assert loss.target_entropy == -0.7
+    assert loss.param_groups() == {"model": list(m.parameters()), "temperature": [loss.log_temperature]}
+    dm = model()
+    assert DTLoss(dm).param_groups() == {"model": list(dm.parameters())}
+    with pytest.raises(ValueError, match="ODTLoss needs a tanh_normal head"):
+        ODTLoss(dm)
+
+
+def _reference_forward(m: DecisionTransformer, rtg, obs, act, timestep, mask):
+    """The architecture written out in float64 from its description: tokens (R_t, s_t, a_t) each plus
+    the timestep embedding, layer norm, pre-LN GPT-2 blocks (attention to earlier valid tokens and
+    to itself, then a 4x MLP), final layer norm, the action head on the state tokens."""
+    d = {k: v.detach().double() for k, v in m.state_dict().items()}
+
+    def lin(x, name):
+        return x @ d[name + ".weight"].T + d[name + ".bias"]
+
+    def ln(x, name):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5) * d[name + ".weight"] + d[name + ".bias"]
+
+    act_fn = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "tanh": torch.tanh}[ACTIVATION]
+    b, k = timestep.shape
+    t = d["embed_timestep.weight"][timestep.clamp(0, m.max_timestep - 1)]
+    x = torch.stack([lin(rtg.double(), "embed_return") + t, lin(obs.double(), "embed_state") + t,
+                     lin(act.double(), "embed_action") + t], 2).reshape(b, 3 * k, -1)
+    x = ln(x, "embed_ln")
+    n, h = 3 * k, x.shape[-1]
+    heads = m.blocks[0].attn.n_heads
+    valid = mask.repeat_interleave(3, 1)
+    allowed = (torch.ones(n, n).tril().bool()[None] & valid[:, None, :]) | torch.eye(n).bool()[None]
+    for i in range(len(m.blocks)):
+        p = f"blocks.{i}."
+        q, kk, v = lin(ln(x, p + "ln1"), p + "attn.qkv").split(h, -1)
+        q, kk, v = (z.reshape(b, n, heads, h // heads).transpose(1, 2) for z in (q, kk, v))
+        scores = (q @ kk.transpose(-1, -2)) / math.sqrt(h // heads)
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, h)
+        x = x + lin(y, p + "attn.proj")
+        x = x + lin(act_fn(lin(ln(x, p + "ln2"), p + "mlp.0")), p + "mlp.2")
+    x = ln(x, "ln_f").reshape(b, k, 3, h)[:, :, 1]
+    n_linear = len(m.action_head) // 2 + 1  # Linear, ReLU, ..., Linear
+    for i in range(n_linear - 1):
+        x = torch.relu(lin(x, f"action_head.{2 * i}"))
+    out = lin(x, f"action_head.{2 * (n_linear - 1)}")
+    if m.head == "deterministic":
+        return torch.tanh(out)
+    mu, raw = out.chunk(2, -1)
+    return torch.cat([mu, -5.0 + 0.5 * (2.0 - (-5.0)) * (torch.tanh(raw) + 1)], -1)
+
+
+ACTIVATION = "gelu"
+
+
+@pytest.mark.parametrize(("head", "head_hidden"), [("deterministic", (8,)), ("tanh_normal", (8,)),
+                                                   ("deterministic", (8, 6))])
+def test_forward_matches_a_float64_reference_of_the_architecture(head, head_hidden):
+    torch.manual_seed(3)
+    m = DecisionTransformer(OBS, ACT, hidden=16, n_layers=2, n_heads=2, max_timestep=6, dropout=0.0,
+                            head=head, activation=ACTIVATION, head_hidden=head_hidden).eval()
+    assert len(m.action_head) == 2 * len(head_hidden) + 1
+    with torch.no_grad():  # larger weights than the init's, so every piece moves the output
+        for p in m.parameters():
+            p.normal_(0.0, 0.5)
+    td = inputs(seed=2, pad=(0, 1))
+    td["timestep"] = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 9]])  # 6 and 9 lie past max_timestep: clamped
+    args = [td[key] for key in ("return_to_go", "observation", "action", "timestep", "mask")]
+    out = m(*args).double()
+    expected = _reference_forward(m, *args)
+    valid = td["mask"]
+    torch.testing.assert_close(out[valid], expected[valid], atol=1e-4, rtol=1e-4)
+    # no mask: every step valid, still causal
+    args[-1] = None
+    everything = torch.ones_like(td["mask"])
+    torch.testing.assert_close(m(*args).double(), _reference_forward(m, *args[:-1], everything),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_dt_loss_of_a_single_valid_step_is_its_squared_error():
+    m, td = model(), inputs(pad=(3, 3))[:1]  # one row, one valid step (the last)
+    pred = run(m, td)[0, -1]
+    expected = (pred - td["action"][0, -1]).pow(2).mean()
+    assert DTLoss(m)(td)["loss_action"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_three_action_dims_as_hoppers_split_into_mean_and_log_std():
+    torch.manual_seed(0)
+    m = DecisionTransformer(OBS, 3, hidden=8, n_layers=1, max_timestep=10, dropout=0.0, head="tanh_normal")
+    g = torch.Generator().manual_seed(0)
+    td = TensorDict({"return_to_go": torch.randn(B, K, 1, generator=g), "observation": torch.randn(B, K, OBS),
+                     "action": torch.rand(B, K, 3, generator=g) * 1.8 - 0.9,
+                     "timestep": torch.arange(K).repeat(B, 1), "mask": torch.ones(B, K, dtype=torch.bool)},
+                    batch_size=[B, K])
+    out = run(m, td)
+    assert out.shape == (B, K, 6)
+    assert bool((out[..., 3:] >= -5.0).all()) and bool((out[..., 3:] <= 2.0).all())  # the log stds
+    losses = ODTLoss(m)(td)
+    assert torch.isfinite(losses["loss_model"]) and losses["entropy"].shape == ()
+
+
+def test_initialisation_is_gpt2s():
+    torch.manual_seed(0)
+    m = DecisionTransformer(OBS, ACT, hidden=64, n_layers=4, n_heads=2, dropout=0.0)
+    for name, p in m.named_parameters():
+        if name.endswith("bias"):
+            if "ln" not in name:
+                assert not p.any(), name  # Linear biases start at zero
+            continue
+        if p.dim() < 2:
+            continue  # layer-norm gains
+        std = 0.02 / math.sqrt(2 * 4) if name.endswith(("attn.proj.weight", "mlp.2.weight")) else 0.02
+        assert abs(p.mean().item()) < 0.2 * std, name
+        assert p.std().item() == pytest.approx(std, rel=0.2), name
+
+
 def test_future_tokens_do_not_change_earlier_predictions():
     m, td = model(), inputs(pad=(0, 0))
     base = run(m, td)
@@ -208,6 +343,25 @@ def test_rolling_context_by_hand():
         ctx.record(torch.tensor([[0.0], [0.0]]), torch.tensor([0.0, 0.0]))
         ctx.observe(torch.tensor([[5.0 + i], [0.0]]))
     assert ctx.observation[0, :, 0].tolist() == [3.0, 5.0, 6.0] and ctx.timestep[0].tolist() == [1, 2, 3]
+
+
+
+def test_rolling_context_keeps_features_of_a_step_together_and_resets_every_row():
+    from rlrun.modules.transformer import RollingContext
+    # two features per observation: the window must shift whole steps, not single numbers
+    ctx = RollingContext(num_envs=2, context=2, obs_dim=2, action_dim=1, target_return=3.0)  # rtg_scale 1
+    ctx.observe(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    ctx.record(torch.tensor([[0.5], [-0.5]]), torch.tensor([1.0, 0.5]))
+    rtg, obs, act, t, mask = ctx.observe(torch.tensor([[5.0, 6.0], [7.0, 8.0]]))
+    assert obs.tolist() == [[[1.0, 2.0], [5.0, 6.0]], [[3.0, 4.0], [7.0, 8.0]]]
+    assert rtg[:, :, 0].tolist() == [[3.0, 2.0], [3.0, 2.5]]  # unscaled: the default rtg_scale is 1
+    assert act[:, :, 0].tolist() == [[0.5, 0.0], [-0.5, 0.0]]
+    assert t.dtype == torch.long and mask.dtype == torch.bool  # embedding indices, attention mask
+    ctx.reset()  # every row: an evaluation starting afresh
+    assert not ctx.mask.any() and not ctx.observation.any() and not ctx.timestep.any()
+    rtg, obs, _, t, mask = ctx.observe(torch.tensor([[9.0, 9.0], [9.0, 9.0]]))
+    assert rtg[:, -1, 0].tolist() == [3.0, 3.0] and t[:, -1].tolist() == [0, 0]
+    assert mask.tolist() == [[False, True]] * 2
 
 
 def _target(s):

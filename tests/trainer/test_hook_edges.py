@@ -51,8 +51,8 @@ def test_divergence_guard_without_gradient_norms():
 
 
 def checkpoint_trainer(frames, total):
-    return SimpleNamespace(frames=frames, collector=SimpleNamespace(total_frames=total), stop_reason=None,
-                           diverged=None)
+    # a frame budget: the trainer's clock is its frame count, done once the total is reached
+    return SimpleNamespace(frames=frames, clock=frames, done=frames >= total, stop_reason=None, diverged=None)
 
 
 def test_checkpoint_every_batch_with_interval_one():
@@ -81,10 +81,34 @@ class OneStepEnv:
 
 
 def test_evaluation_state_before_the_first_evaluation_and_from_old_checkpoints():
-    hook = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    hook = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval=250)
     # a checkpoint written before any evaluation (e.g. at frame 100, interval 250)
     assert hook.state_dict() == {"next_at": 250, "last": {}, "seconds": 0.0}
-    other = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval_frames=250)
+    other = Evaluation(Evaluator(OneStepEnv(), 1, seed=0), interval=250)
     other.seconds = 5.0
     other.load_state_dict({"next_at": 500, "last": {"eval/episode_return": 1.0}})  # no "seconds" yet
     assert (other.next_at, other.last, other.seconds) == (500, {"eval/episode_return": 1.0}, 0.0)
+
+
+def test_train_stats_rates_of_offline_rounds_count_updates_and_no_frames():
+    from rlrun.trainer.hooks import TrainStats
+
+    logged = []
+    trainer = SimpleNamespace(log=logged.append, frames=0, wall_time=1.0, optim_steps=10,
+                              collector=SimpleNamespace(pop_episode_stats=lambda: ([], [])),
+                              optimizer=SimpleNamespace(last_grad_norms={}))
+    stats = TrainStats()
+    stats.post_steps_log(trainer, None)
+    trainer.wall_time, trainer.optim_steps = 5.0, 30  # 20 updates in 4 s, no env frames (a dataset run)
+    stats.post_steps_log(trainer, None)
+    assert "time/fps" not in logged[1]
+    assert logged[1]["time/updates_per_s"] == 20 / 4.0
+
+
+def test_dataset_samples_declare_the_dataset_keys_and_draw_each_optimisation_batch():
+    from rlrun.trainer.hooks import DatasetSamples
+
+    hook = DatasetSamples(frozenset({"reward", "action", "observation"}))
+    assert hook.io() == {"process_optim_batch": ((), ("action", "observation", "reward"))}
+    trainer = SimpleNamespace(buffer=SimpleNamespace(sample=lambda: "drawn"))
+    assert hook.process_optim_batch(trainer, "an empty round") == "drawn"

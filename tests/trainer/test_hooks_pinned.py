@@ -90,6 +90,19 @@ def test_gae_hook_uses_its_gamma_lambda_termination_and_truncation():
     assert not np.allclose(term_as_done, adv)
 
 
+def test_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
+    # GPU batches take gae's torch loop, not the numba kernel (which reshapes its inputs by size)
+    import rlrun.objectives.gae as gae_module
+
+    monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
+    batch, w = gae_batch(), [0.5, -1.5]
+    GAE(gamma=0.9, lmbda=0.7).pre_epoch(gae_trainer(w), batch)
+    adv, ret = reference_gae(batch, w, 0.9, 0.7)
+    assert batch["advantage"].shape == batch.batch_size
+    np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch["value_target"].numpy(), ret, rtol=1e-5, atol=1e-6)
+
+
 def test_gae_hook_recomputes_each_epoch_with_the_current_critic():
     batch, w = gae_batch(), [0.5, -1.5]
     trainer, hook = gae_trainer(w), GAE(gamma=0.95, lmbda=0.9)
@@ -418,7 +431,7 @@ class ConstantEvaluator:
     def __init__(self, value: float):
         self.value, self.calls = value, 0
 
-    def evaluate(self, act):
+    def evaluate(self, act, context=None):
         self.calls += 1
         return np.array([self.value, self.value])
 

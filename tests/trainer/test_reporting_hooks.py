@@ -27,7 +27,7 @@ def test_constant_lr_gets_metrics_then_evaluation_with_the_configured_schedule()
     assert list(hooks) == ["train_stats", "evaluation"]
     assert isinstance(hooks["train_stats"][0], TrainStats)
     evaluation, why = hooks["evaluation"]
-    assert isinstance(evaluation, Evaluation) and why == "built in: eval.*"
+    assert isinstance(evaluation, Evaluation) and why == "built in: eval.* (every eval.interval_frames)"
     assert (evaluation.interval, evaluation.next_at, evaluation.target) == (3000, 3000, 195.0)
     evaluator = evaluation.evaluator
     assert evaluator.env is EVAL_ENV and evaluator.episodes == 5 and evaluator.device == "cpu"
@@ -74,3 +74,34 @@ def test_learning_hooks_say_where_they_come_from():
     assert on["buffer"][1] == "built in: the loss learns on-policy"
     assert off["buffer"][1] == "built in: the loss learns off-policy"
     assert on["divergence"][1] == off["divergence"][1] == "built in: stop at non-finite losses or weights"
+
+
+def test_an_offline_run_draws_its_batches_from_the_dataset():
+    from rlrun.trainer.hooks import DatasetSamples
+
+    loss = SimpleNamespace(on_policy=False, reads=("observation",), parameters=lambda: [])
+    hooks = learning_hooks(loss, dataset_keys=frozenset({"observation", "action"}))
+    buffer, why = hooks["buffer"]
+    assert isinstance(buffer, DatasetSamples) and buffer.keys == ("action", "observation")
+    assert why == "built in: the run learns from dataset=..."
+    assert list(hooks) == ["buffer", "divergence"]
+
+
+def test_an_update_budget_evaluates_on_its_update_interval_on_the_run_device():
+    config = cfg(interval_updates=40)
+    evaluation, why = reporting_hooks(config, SimpleNamespace(lr_schedule="constant"), EVAL_ENV, "cuda:1",
+                                      unit="updates")["evaluation"]
+    assert (evaluation.interval, evaluation.next_at) == (40, 40)
+    assert why == "built in: eval.* (every eval.interval_updates)"
+    assert evaluation.evaluator.device == "cuda:1"
+
+
+def test_an_agent_group_is_evaluated_by_the_group_evaluator():
+    from rlrun.trainer.group_evaluation import GroupEvaluator
+
+    group_env = SimpleNamespace(num_envs=2, n_agents=3)
+    constant = SimpleNamespace(lr_schedule="constant")
+    evaluation, _ = reporting_hooks(cfg(), constant, group_env, "cpu")["evaluation"]
+    assert type(evaluation.evaluator) is GroupEvaluator
+    single, _ = reporting_hooks(cfg(), constant, EVAL_ENV, "cpu")["evaluation"]
+    assert type(single.evaluator) is not GroupEvaluator
