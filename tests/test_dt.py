@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from cli_utils import only_run_dir, run_cli, summary_of
-from dataset_fakes import random_dataset
+from dataset_fakes import mixed_dataset, random_dataset
 
 from rlrun.algos.dt import DTActionLoss, decision_transformer, trajectory_slices, unit_actions
-from rlrun.datasets.minari_format import Episode, read_dataset, write_dataset
+from rlrun.datasets.minari_format import read_dataset
 from rlrun.envs.gym import EnvSpec, make_gym_env
 from rlrun.sources import normalize_from_dataset
 from rlrun.trainer.evaluation import Evaluator
@@ -102,43 +101,6 @@ def test_a_dt_run_trains_exactly_its_updates_and_evaluates(tmp_path, capsys, dat
     assert np.isfinite(summary["eval/episode_return"]) and summary["eval/episodes"] == 2
     state = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", weights_only=True)
     assert state["loss"]["policy.normalizer.mean"].abs().sum() > 0  # the dataset's statistics, saved
-
-
-def swing_up(obs: np.ndarray) -> np.ndarray:
-    """Energy-pumping swing-up, PD near the top (Pendulum-v1: returns about -130 from random starts)."""
-    c, s, w = obs
-    if c > 0.85:
-        u = -(12.0 * np.arctan2(s, c) + 2.5 * w)
-    else:
-        u = 2.0 * np.sign(w if w != 0 else 1.0) * (5.0 - (w * w / 6 + 5.0 * c))
-    return np.clip([u], -2.0, 2.0).astype(np.float32)
-
-
-def hold_down(obs: np.ndarray) -> np.ndarray:
-    """PD toward the bottom: the worst steady behaviour (about -900 over 100 steps)."""
-    c, s, w = obs
-    return np.clip([-(4.0 * np.arctan2(-s, -c) + 1.0 * w)], -2.0, 2.0).astype(np.float32)
-
-
-def mixed_dataset(dataset_id: str, root, episodes: int = 30, max_steps: int = 100) -> None:
-    """A third each: random actions (returns ~ -400 to -800 over 100 steps), swing-up (~ -0 to -250)
-    and holding the pendulum down (~ -900)."""
-    env = gym.make("Pendulum-v1", max_episode_steps=max_steps)
-    env.action_space.seed(0)
-    eps = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=i)
-        o, a, r, te_, tr_ = [obs], [], [], [], []
-        done = False
-        while not done:
-            act = (env.action_space.sample(), swing_up(obs), hold_down(obs))[i % 3]
-            obs, rew, te, tr, _ = env.step(act)
-            o.append(obs), a.append(act), r.append(rew), te_.append(te), tr_.append(tr)
-            done = te or tr
-        eps.append(Episode(np.array(o), np.array(a), np.array(r), np.array(te_), np.array(tr_)))
-    write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
-                  algorithm_name="random+swing-up")
-    env.close()
 
 
 @pytest.mark.learning
