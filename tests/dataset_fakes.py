@@ -8,22 +8,25 @@ import numpy as np
 from rlrun.datasets.minari_format import Episode, write_dataset
 
 
+def record_episode(env: gym.Env, choose, seed: int) -> Episode:
+    """One episode of ``env`` from ``reset(seed=seed)``, acting with ``choose(obs)``."""
+    obs, _ = env.reset(seed=seed)
+    o, a, r, term, trunc = [obs], [], [], [], []
+    done = False
+    while not done:
+        act = choose(obs)
+        obs, rew, te, tr, _ = env.step(act)
+        o.append(obs), a.append(act), r.append(rew), term.append(te), trunc.append(tr)
+        done = te or tr
+    return Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc))
+
+
 def random_dataset(env_id: str, dataset_id: str, root, episodes: int = 6, seed: int = 0,
                    max_steps: int | None = None) -> None:
     """Random-action episodes of ``env_id`` (truncated at ``max_steps`` or the env's limit)."""
     env = gym.make(env_id, max_episode_steps=max_steps) if max_steps else gym.make(env_id)
     env.action_space.seed(seed)
-    eps = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        o, a, r, term, trunc = [obs], [], [], [], []
-        done = False
-        while not done:
-            act = env.action_space.sample()
-            obs, rew, te, tr, _ = env.step(act)
-            o.append(obs), a.append(act), r.append(rew), term.append(te), trunc.append(tr)
-            done = te or tr
-        eps.append(Episode(np.array(o), np.array(a), np.array(r), np.array(term), np.array(trunc)))
+    eps = [record_episode(env, lambda _: env.action_space.sample(), seed + i) for i in range(episodes)]
     write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
                   algorithm_name="random")
     env.close()
@@ -50,17 +53,10 @@ def mixed_dataset(dataset_id: str, root, episodes: int = 30, max_steps: int = 10
     and holding the pendulum down (~ -900)."""
     env = gym.make("Pendulum-v1", max_episode_steps=max_steps)
     env.action_space.seed(0)
-    eps = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=i)
-        o, a, r, te_, tr_ = [obs], [], [], [], []
-        done = False
-        while not done:
-            act = (env.action_space.sample(), swing_up(obs), hold_down(obs))[i % 3]
-            obs, rew, te, tr, _ = env.step(act)
-            o.append(obs), a.append(act), r.append(rew), te_.append(te), tr_.append(tr)
-            done = te or tr
-        eps.append(Episode(np.array(o), np.array(a), np.array(r), np.array(te_), np.array(tr_)))
+
+    def controller(i: int):  # samples a random action every step, used or not (the calibrated data's RNG)
+        return lambda obs: (env.action_space.sample(), swing_up(obs), hold_down(obs))[i % 3]
+    eps = [record_episode(env, controller(i), i) for i in range(episodes)]
     write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
                   algorithm_name="random+swing-up")
     env.close()
