@@ -59,6 +59,12 @@ def rlrun_iql(batches: list[TensorDict], loss: IQLLoss | None = None) -> Callabl
     """rlrun's IQL update, wired as a run wires it."""
     loss = loss or iql_loss()
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0)
+    return _wired_steps(loss, optim, batches, update_targets=True)
+
+
+def _wired_steps(loss, optim: OptimizerStep, batches: list[TensorDict], update_targets: bool
+                 ) -> Callable[[int], None]:
+    """``n`` updates as a run wires them: loss, divergence check, optimiser step (, targets)."""
     guard, trainer = _guard(loss, optim)
 
     def steps(n: int) -> None:
@@ -66,7 +72,8 @@ def rlrun_iql(batches: list[TensorDict], loss: IQLLoss | None = None) -> Callabl
             losses = loss(batches[i % POOL])
             guard.post_loss(trainer, None, losses)
             optim.step(losses)
-            loss.update_targets()
+            if update_targets:
+                loss.update_targets()
         guard.post_steps(trainer)
     return steps
 
@@ -162,15 +169,7 @@ def rlrun_dt(batches: list[TensorDict], policy=None, warmup_steps: int = 10000) 
     loss = DTActionLoss(policy, spec, GAMMA)
     optim = OptimizerStep(loss.param_groups(), "adamw", lr=1e-4, weight_decay=1e-4, max_grad_norm=0.25,
                           lr_schedule="warmup", warmup_steps=warmup_steps)
-    guard, trainer = _guard(loss, optim)
-
-    def steps(n: int) -> None:
-        for i in range(n):
-            losses = loss(batches[i % POOL])
-            guard.post_loss(trainer, None, losses)
-            optim.step(losses)
-        guard.post_steps(trainer)
-    return steps
+    return _wired_steps(loss, optim, batches, update_targets=False)  # DT keeps no target networks
 
 
 def bare_dt(batches: list[TensorDict], policy=None, warmup_steps: int = 10000) -> Callable[[int], None]:
