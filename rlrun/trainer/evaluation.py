@@ -92,10 +92,8 @@ class Evaluation(Hook):
     def run(self, trainer) -> dict[str, float]:
         start = time.perf_counter()
         policy = trainer.policy
-        if hasattr(policy, "record"):  # a policy acting on a context of past steps (DT) is fed each step
-            returns = self.evaluator.evaluate(policy.act, context=policy)
-        else:  # the evaluator protocol every other evaluator (agent groups', tests' fakes) implements
-            returns = self.evaluator.evaluate(policy.act)
+        # a policy acting on a context of past steps (DT) is reset and fed each step
+        returns = self.evaluator.evaluate(policy.act, context=policy if hasattr(policy, "record") else None)
         self.seconds += time.perf_counter() - start
         self.last = {"eval/episode_return": float(returns.mean()),
                      "eval/episode_return_std": float(returns.std()),

@@ -7,6 +7,7 @@ episode (what the training statistics and the paper's Figure 2 report).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +19,10 @@ from rlrun.trainer.evaluation import Evaluator
 class GroupEvaluator(Evaluator):
     """``Evaluator`` for a ``VmasEnv``: same quota per sub-env and seed, tensors throughout."""
 
-    def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000) -> np.ndarray:
+    def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000,
+                 context: Any = None) -> np.ndarray:
+        if context is not None:  # the Evaluator protocol's argument; no group policy keeps a context
+            raise TypeError("agent groups have no context-conditioned policies")
         env, n = self.env, self.env.num_envs
         obs = env.reset(seed=self.seed)
         quota = torch.as_tensor(self.quota, device=env.device)
