@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import site
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 import fake_env  # noqa: F401  (registers rlrun-test/Counter-v0 and rlrun-test/CounterBox-v0)
 import pytest
 from fake_env import COUNTER_BOX_ID, COUNTER_ID
+from shared_resources import shared_lock
 
 from rlrun.envs.gym import GymVecEnv
 
@@ -50,8 +53,21 @@ def wheel_venv(tmp_path_factory) -> Path:
     editable rlrun's, are not run, so the wheel's rlrun is the one imported).
     """
     root = Path(__file__).resolve().parents[1]
-    tmp = tmp_path_factory.mktemp("wheel")
-    wheels, venv = tmp / "wheels", tmp / "venv"
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        tmp = tmp_path_factory.mktemp("wheel")
+        _build_wheel_venv(root, tmp / "wheels", tmp / "venv")
+        return tmp / "venv"
+    # once per run, not once per test process: the first to get here builds, the others wait
+    tmp = tmp_path_factory.getbasetemp().parent / "rlrun-wheel"  # the run's directory, shared
+    with shared_lock(tmp_path_factory, "wheel"):
+        if not (tmp / "built").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            _build_wheel_venv(root, tmp / "wheels", tmp / "venv")
+            (tmp / "built").touch()
+    return tmp / "venv"
+
+
+def _build_wheel_venv(root: Path, wheels: Path, venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(root)],
                    check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
@@ -62,4 +78,3 @@ def wheel_venv(tmp_path_factory) -> Path:
     wheel = next(wheels.glob("rlrun-*.whl"))
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
                    check=True, capture_output=True)
-    return venv

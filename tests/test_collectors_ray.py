@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_utils import only_run_dir, run_cli, summary_of
+from shared_resources import shared_lock
 
 ray = pytest.importorskip("ray", reason="pip install 'rlrun[ray]'")
 
@@ -42,10 +43,13 @@ def wait_no_ray(timeout_s: float = 20.0) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_ray_before(monkeypatch):
-    if ray.is_initialized() or ray_processes():
-        pytest.skip("a Ray instance already runs on this machine")
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+def no_ray_before(monkeypatch, tmp_path_factory):
+    # one Ray test at a time across the run's test processes: each counts every Ray process here
+    with shared_lock(tmp_path_factory, "ray"):
+        if ray.is_initialized() or ray_processes():
+            pytest.skip("a Ray instance already runs on this machine")
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        yield
 
 
 def test_a_run_with_two_ray_workers_finishes_its_frames_and_tracker_run_and_stops_ray(tmp_path, capsys):

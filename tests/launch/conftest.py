@@ -12,6 +12,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # launch_utils, next to this file
 
 from launch_utils import slurm_problem  # noqa: E402
+from shared_resources import shared_lock  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_slurm_test_at_a_time(request, tmp_path_factory):
+    """Tests that submit to the cluster take turns: a one-node test cluster has few CPUs, and
+    jobs queued behind another test's would run into this test's own timeouts."""
+    if "slurm_partition" not in request.fixturenames:
+        yield
+        return
+    with shared_lock(tmp_path_factory, "slurm"):
+        yield
 
 
 @pytest.fixture(scope="session")
