@@ -2,8 +2,9 @@
 
 Two datasets. The medium-replay one (``offline_data.pendulum_medium_replay``) is made the way a
 user makes one, ``rlrun dataset make env=pendulum kind=medium-replay``: SAC's whole replay buffer
-until its evaluation return reached -800, 15 episodes of 200 steps, returns mean -1331.5 (min
--1775.4, max -850.6). IQL and CQL must beat that mean by a clear margin.
+until its evaluation return reached -800, 15 episodes of 200 steps, returns mean about -1331
+(min -1775.4, max -850.5; -1330.6 and -1331.5 in two makes). IQL and CQL must beat the made
+dataset's mean by a clear margin.
 
 The mixed dataset (``dataset_fakes.mixed_dataset``, 30 episodes of 100 steps, 3000 transitions) is a
 third each of random actions (mean return -562), an energy-pumping swing-up controller (-140)
@@ -56,11 +57,16 @@ def test_iql_picks_the_swing_up_out_of_mixed_data_within_3000_updates(tmp_path, 
     assert s["eval/episode_return"] >= -450, s
 
 
-MEDIUM_REPLAY_MEAN = -1331.5  # the made dataset's mean episode return (see the module docstring)
+def mean_return(made) -> float:
+    """The made dataset's mean episode return, as rlrun reads it."""
+    from rlrun.datasets.minari_format import read_dataset
+
+    return float(read_dataset(made.dataset_id, str(made.root)).episode_returns().mean())
 
 
 def train_medium_replay(tmp_path, capsys, made, algo: str, *extra: str) -> dict:
     """3000 updates of ``algo`` on the made Pendulum medium-replay dataset, 200-step episodes."""
+    assert -1400 < mean_return(made) < -1250  # what the thresholds below were calibrated against
     s = train(tmp_path, capsys, made.root, algo, "total_updates=3000", "eval.interval_updates=3000",
               *SMALL_NETS, *extra, dataset=made.dataset_id, episode_steps=200)
     assert s["optim_steps"] == 3000 and s["eval/episodes"] == 20
@@ -69,7 +75,7 @@ def train_medium_replay(tmp_path, capsys, made, algo: str, *extra: str) -> dict:
 
 def test_iql_beats_the_medium_replay_datasets_mean_return_within_3000_updates(
         tmp_path, capsys, pendulum_medium_replay):  # noqa: F811
-    """algo=iql reaches -1050 over 20 evaluation episodes, against the dataset's mean of -1331.5.
+    """algo=iql reaches -1050 over 20 evaluation episodes, against the dataset's mean of about -1331.
 
     Calibration (seed 0 / 1, 20 episodes after 3000 updates): IQL -818.8 / -760.7; behaviour
     cloning (``loss.beta=0``, advantage weights off) -1397.1, below the dataset's mean; the same
@@ -77,12 +83,12 @@ def test_iql_beats_the_medium_replay_datasets_mean_return_within_3000_updates(
     above the dataset's mean.
     """
     s = train_medium_replay(tmp_path, capsys, pendulum_medium_replay, "iql", "loss.value_hidden=[64,64]")
-    assert s["eval/episode_return"] >= -1050 > MEDIUM_REPLAY_MEAN, s
+    assert s["eval/episode_return"] >= -1050, s
 
 
 def test_cql_beats_the_medium_replay_datasets_mean_return_within_3000_updates(
         tmp_path, capsys, pendulum_medium_replay):  # noqa: F811
-    """algo=cql reaches -1100 over 20 evaluation episodes, against the dataset's mean of -1331.5.
+    """algo=cql reaches -1100 over 20 evaluation episodes, against the dataset's mean of about -1331.
 
     Calibration (seed 0 / 1, 20 episodes after 3000 updates): CQL -957.6 / -986.1. This is a
     return test of CQL's actor-critic on real replay data; on this dataset the conservative term
@@ -91,7 +97,7 @@ def test_cql_beats_the_medium_replay_datasets_mean_return_within_3000_updates(
     below instead.
     """
     s = train_medium_replay(tmp_path, capsys, pendulum_medium_replay, "cql")
-    assert s["eval/episode_return"] >= -1100 > MEDIUM_REPLAY_MEAN, s
+    assert s["eval/episode_return"] >= -1100, s
 
 
 def q_gap(cql_alpha: float, root, updates: int = 800) -> float:
