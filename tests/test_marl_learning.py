@@ -63,11 +63,17 @@ def test_ppo_family_raises_the_team_return_on_navigation(algo, tmp_path, capsys)
     assert final >= 2.0 and final - first >= 2.5, (first, final)
 
 
+def final_returns(tmp_path, capsys, scale: list[str], *algos: str) -> list[float]:
+    """Each algo's final eval return, one run directory per algo, same scale and seed."""
+    finals = []
+    for algo in algos:
+        (tmp_path / algo).mkdir()
+        finals.append(train(tmp_path / algo, capsys, algo, scale)[1])
+    return finals
+
+
 def test_qmix_beats_independent_q_learning_on_navigation(tmp_path, capsys):
-    (tmp_path / "iql").mkdir()
-    (tmp_path / "qmix").mkdir()
-    _, iql = train(tmp_path / "iql", capsys, "marl_iql", Q_SCALE)
-    _, qmix = train(tmp_path / "qmix", capsys, "qmix", Q_SCALE)
+    iql, qmix = final_returns(tmp_path, capsys, Q_SCALE, "marl_iql", "qmix")
     assert qmix >= iql + 0.25, (iql, qmix)
 
 
@@ -77,8 +83,5 @@ def test_vdn_learns_on_navigation(tmp_path, capsys):
 
 
 def test_vdn_beats_independent_q_learning_on_sampling(tmp_path, capsys):
-    (tmp_path / "iql").mkdir()
-    (tmp_path / "vdn").mkdir()
-    _, iql = train(tmp_path / "iql", capsys, "marl_iql", SAMPLING_SCALE)
-    _, vdn = train(tmp_path / "vdn", capsys, "vdn", SAMPLING_SCALE)
+    iql, vdn = final_returns(tmp_path, capsys, SAMPLING_SCALE, "marl_iql", "vdn")
     assert vdn >= iql + 4.0, (iql, vdn)
