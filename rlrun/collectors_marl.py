@@ -61,6 +61,7 @@ class VmasCollector(SyncCollector):
                  init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):
         super().__init__(env, policy, frames_per_batch, total_frames, init_random_frames, seed, device)
         self._state: Tensor | None = None
+        self._staged: _StagedColumns | None = None  # its staging memory is reused batch after batch
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
@@ -86,7 +87,10 @@ class VmasCollector(SyncCollector):
         obs, state = self._obs, self._state
         same_device = self.device == env.device
         random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
-        staged = _StagedColumns(n, steps)
+        if self._staged is None:
+            self._staged = _StagedColumns(shifted={("next", GROUP, "observation"): (GROUP, "observation")})
+        staged = self._staged
+        staged.begin(n, steps)
         resets: list[tuple[int, Tensor]] = []  # (step, observations after it) where episodes ended
         with torch.inference_mode():  # entered once per batch: it is not free per step
             first_obs = obs
@@ -110,16 +114,15 @@ class VmasCollector(SyncCollector):
         self.frames += steps * n
         cols = staged.columns(random_steps)
         term, trunc = cols.pop(("next", "terminated")), cols.pop(("next", "truncated"))
-        next_obs = cols.pop(("next", GROUP, "observation"))
-        observation = _observations(first_obs, next_obs, resets, term | trunc)
+        observation, next_obs = cols[(GROUP, "observation")], cols[("next", GROUP, "observation")]
+        _first_and_reset_observations(observation, first_obs, resets, term | trunc)
         if env.state_is_observations:  # the state is the observations flattened: views, no copy
             cols["state"], cols["next", "state"] = observation.flatten(-2), next_obs.flatten(-2)
         ended = (term | trunc).squeeze(-1)
         # one transfer per batch: the team's return is the agents' mean reward summed over the episode
         reward = cols[("next", GROUP, "reward")]
         traj = self._track_episodes(reward.mean((-2, -1)).double().cpu().numpy(), ended.cpu().numpy())
-        td = TensorDict({(GROUP, "observation"): observation, ("next", GROUP, "observation"): next_obs,
-                         ("next", "terminated"): term, ("next", "truncated"): trunc,
+        td = TensorDict({("next", "terminated"): term, ("next", "truncated"): trunc,
                          ("next", "done"): term | trunc,
                          ("collector", "traj_ids"): torch.from_numpy(traj).to(env.device), **cols},
                         batch_size=[n, steps])
@@ -157,22 +160,40 @@ _CHUNK = 10
 
 
 class _StagedColumns:
-    """Per-step tensors ``[num_envs, ...]`` gathered into ``[num_envs, T, ...]`` columns."""
+    """Per-step tensors ``[num_envs, ...]`` gathered into ``[num_envs, T, ...]`` columns.
 
-    def __init__(self, n: int, steps: int):
-        self.n, self.steps = n, steps
-        self.chunk = min(_CHUNK, steps)
+    The staging chunks live as long as the collector (``begin`` starts a batch, reusing
+    them); the columns are new each batch (they are the batch handed out). ``shifted``
+    maps a key to a second column that gets its values one step later (each step's
+    observation is the previous step's next observation): written from the staged chunk
+    while it is in cache, not in a pass over the finished column.
+    """
+
+    def __init__(self, shifted: dict | None = None):
+        self.shifted = dict(shifted or {})
         self._stage: dict = {}
         self._cols: dict = {}
         self._first: dict = {}  # the first step each column was written at (policy extras start late)
+        self.n = self.steps = self.chunk = 0
+
+    def begin(self, n: int, steps: int) -> None:
+        """Starts a batch of ``steps`` steps of ``n`` sub-envs."""
+        if (n, min(_CHUNK, steps)) != (self.n, self.chunk):
+            self._stage = {}
+        self.n, self.steps, self.chunk = n, steps, min(_CHUNK, steps)
+        self._cols, self._first = {}, {}
 
     def write(self, t: int, values: dict) -> None:
         for key, v in values.items():
-            if key not in self._stage:
-                self._stage[key] = torch.empty((self.chunk, *v.shape), dtype=v.dtype, device=v.device)
+            if key not in self._cols:
+                stage = self._stage.get(key)
+                if stage is None or stage.shape[1:] != v.shape or stage.dtype != v.dtype:
+                    self._stage[key] = torch.empty((self.chunk, *v.shape), dtype=v.dtype, device=v.device)
                 with torch.inference_mode(False):  # the loss reads these outside inference mode
                     self._cols[key] = torch.empty((self.n, self.steps, *v.shape[1:]), dtype=v.dtype,
                                                   device=v.device)
+                    if key in self.shifted:
+                        self._cols[self.shifted[key]] = torch.empty_like(self._cols[key])
                 self._first[key] = t
             self._stage[key][t % self.chunk] = v
         if (t + 1) % self.chunk == 0 or t + 1 == self.steps:
@@ -180,10 +201,15 @@ class _StagedColumns:
 
     def _flush(self, t: int) -> None:
         start = t - t % self.chunk
-        for key, stage in self._stage.items():
-            lo = max(start, self._first[key])
-            if lo <= t:
-                self._cols[key][:, lo:t + 1] = stage[lo - start:t + 1 - start].transpose(0, 1)
+        for key, first in self._first.items():
+            lo = max(start, first)
+            if lo > t:
+                continue
+            chunk = self._stage[key][lo - start:t + 1 - start].transpose(0, 1)
+            self._cols[key][:, lo:t + 1] = chunk
+            if key in self.shifted:
+                hi = min(t + 2, self.steps)
+                self._cols[self.shifted[key]][:, lo + 1:hi] = chunk[:, :hi - lo - 1]
 
     def columns(self, random_steps: int) -> dict:
         """The filled columns; a column first written after step 0 (a policy extra such as
@@ -194,20 +220,17 @@ class _StagedColumns:
         return dict(self._cols)
 
 
-def _observations(first: Tensor, next_obs: Tensor, resets: list[tuple[int, Tensor]], ended: Tensor) -> Tensor:
-    """Each step's observation from the batch's next observations, stored once.
+def _first_and_reset_observations(obs: Tensor, first: Tensor, resets: list[tuple[int, Tensor]],
+                                  ended: Tensor) -> None:
+    """Completes the observation column, which holds each step's previous next observation.
 
-    Within an episode, step t+1 observes what step t's ``next`` holds; where an
-    episode ended at t, step t+1 observes its reset instead (``next`` keeps the
-    true final observation, for bootstrapping through truncation).
+    Step 0 observes what the batch started from; where an episode ended at t, step
+    t+1 observes its reset instead (``next`` keeps the true final observation, for
+    bootstrapping through truncation).
     """
-    with torch.inference_mode(False):
-        obs = torch.empty_like(next_obs)
     obs[:, 0] = first
-    obs[:, 1:] = next_obs[:, :-1]
-    steps = next_obs.shape[1]
+    steps = obs.shape[1]
     for t, after in resets:
         if t + 1 < steps:
             rows = ended[:, t, 0]
             obs[rows, t + 1] = after[rows]
-    return obs
