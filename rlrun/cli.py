@@ -305,8 +305,22 @@ def _task(cfg) -> None:
         sys.exit(3)
 
 
+def use_huge_pages_for_large_tensors() -> None:
+    """Backs torch's CPU tensors of 2 MB and more with transparent huge pages, unless the user set
+    ``THP_MEM_ALLOC_ENABLE`` already.
+
+    Collected batches and replay storage are large, fresh allocations: with 4 KB pages, faulting
+    them in costs more than writing them (216 MB on this project's 2-core machine: 0.17 s to
+    allocate and write, 0.04 s to write again, 0.06 s to allocate and write with huge pages).
+    torch reads the variable once, at its first allocation of 2 MB or more, so this runs before
+    anything is built; worker processes inherit it.
+    """
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    use_huge_pages_for_large_tensors()
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
     if argv[:1] == ["explain"]:

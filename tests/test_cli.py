@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from cli_utils import run_cli
+
+from rlrun.cli import main
 
 FAST = ["total_frames=512", "collector.frames_per_batch=256", "eval.episodes=1", "logger=none"]
 
@@ -222,3 +227,30 @@ def test_precheck_accepts_sweeps_and_globs_and_checks_each_choice():
     precheck(["-m", "+paper=glob(table1/sac_*)", "seed=0,1"])
     with pytest.raises(ConfigError, match="unknown algo 'a2d'"):
         precheck(["-m", "algo=ppo,a2d"])
+
+
+def test_the_command_backs_large_tensors_with_huge_pages_unless_the_user_chose(monkeypatch, capsys):
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    assert main(["list", "algo"]) == 0
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    assert main(["list", "algo"]) == 0
+    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
+
+
+THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@pytest.mark.skipif(not THP_MODE.is_file() or "[never]" in THP_MODE.read_text(),
+                    reason="the kernel has no transparent huge pages")
+def test_torch_puts_a_large_tensor_on_huge_pages_once_the_command_asked_for_them():
+    """What the setting does, in a fresh process: a 64 MB tensor lands on huge pages (AnonHugePages)."""
+    code = ("import torch\n"
+            "from rlrun.cli import use_huge_pages_for_large_tensors\n"
+            "use_huge_pages_for_large_tensors()\n"
+            "x = torch.ones(16 * 2**20)\n"
+            "rollup = open('/proc/self/smaps_rollup').read().splitlines()\n"
+            "print([int(l.split()[1]) for l in rollup if l.startswith('AnonHugePages')][0])\n")
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert int(out.stdout.split()[-1]) >= 32 * 1024, out.stdout  # most of the 64 MB, in kB

@@ -22,6 +22,7 @@ import torch
 
 from rlrun.benchmarks import BENCHMARKS
 from rlrun.benchmarks.common import header
+from rlrun.cli import use_huge_pages_for_large_tensors
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,6 +66,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     """Runs the selected benchmarks; returns the process exit status."""
     args = parse_args(argv)
+    use_huge_pages_for_large_tensors()  # as the rlrun command does, for every side
     torch.set_num_threads(1)  # rlrun's default (conf/config.yaml: threads: 1), for both sides
     selected = [b for b in BENCHMARKS if b in args.benchmarks] or list(BENCHMARKS)
     info = header()

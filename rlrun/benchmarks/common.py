@@ -100,6 +100,7 @@ def header() -> dict[str, Any]:
         "usable_cores": usable,
         "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "torch_threads": torch.get_num_threads(),
+        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),  # huge pages for large tensors
         "python": platform.python_version(),
         **{pkg: _version(pkg) for pkg in ("torch", "numpy", "gymnasium", "tensordict", "mujoco",
                                           "numba", "ale-py")},
