@@ -61,7 +61,8 @@ class VmasCollector(SyncCollector):
                  init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):
         super().__init__(env, policy, frames_per_batch, total_frames, init_random_frames, seed, device)
         self._state: Tensor | None = None
-        self._staged: _StagedColumns | None = None  # its staging memory is reused batch after batch
+        # its staging memory is reused batch after batch
+        self._staged = _StagedColumns(shifted={("next", GROUP, "observation"): (GROUP, "observation")})
 
     def __iter__(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
@@ -87,8 +88,6 @@ class VmasCollector(SyncCollector):
         obs, state = self._obs, self._state
         same_device = self.device == env.device
         random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
-        if self._staged is None:
-            self._staged = _StagedColumns(shifted={("next", GROUP, "observation"): (GROUP, "observation")})
         staged = self._staged
         staged.begin(n, steps)
         resets: list[tuple[int, Tensor]] = []  # (step, observations after it) where episodes ended
@@ -178,16 +177,14 @@ class _StagedColumns:
 
     def begin(self, n: int, steps: int) -> None:
         """Starts a batch of ``steps`` steps of ``n`` sub-envs."""
-        if (n, min(_CHUNK, steps)) != (self.n, self.chunk):
-            self._stage = {}
         self.n, self.steps, self.chunk = n, steps, min(_CHUNK, steps)
         self._cols, self._first = {}, {}
 
     def write(self, t: int, values: dict) -> None:
         for key, v in values.items():
             if key not in self._cols:
-                stage = self._stage.get(key)
-                if stage is None or stage.shape[1:] != v.shape or stage.dtype != v.dtype:
+                stage = self._stage.get(key)  # kept from an earlier batch if it still fits
+                if stage is None or stage.shape != (self.chunk, *v.shape) or stage.dtype != v.dtype:
                     self._stage[key] = torch.empty((self.chunk, *v.shape), dtype=v.dtype, device=v.device)
                 with torch.inference_mode(False):  # the loss reads these outside inference mode
                     self._cols[key] = torch.empty((self.n, self.steps, *v.shape[1:]), dtype=v.dtype,

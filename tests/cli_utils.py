@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -34,6 +35,13 @@ def spawn(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
 
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def logged(run_dir: Path, key: str) -> dict[int, float]:
+    """``key``'s values in the run's metrics.csv (logger=csv), by step, in logged order."""
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return {int(r["step"]): float(r["value"]) for r in rows if r["key"] == key}
 
 
 def only_run_dir(cwd: Path) -> Path:

@@ -22,10 +22,8 @@ mixer that sums agent 0's value only (n * Q_0) scored 25.7, below IQL.
 
 from __future__ import annotations
 
-import csv
-
 import pytest
-from cli_utils import only_run_dir, run_cli, summary_of
+from cli_utils import logged, only_run_dir, run_cli, summary_of
 
 pytest.importorskip("vmas")
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]
@@ -49,8 +47,7 @@ def train(tmp_path, capsys, algo: str, scale: list[str]) -> tuple[float, float]:
     code, _, err = run_cli([f"algo={algo}", *scale], tmp_path, capsys)
     assert code == 0, err
     run_dir = only_run_dir(tmp_path)
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    first = next(float(r["value"]) for r in rows if r["key"] == "train/episode_return")
+    first = next(iter(logged(run_dir, "train/episode_return").values()))
     summary = summary_of(run_dir)
     assert summary["eval/episodes"] == 60
     return first, summary["eval/episode_return"]

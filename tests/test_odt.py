@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import signal
 import sys
@@ -11,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from cli_utils import only_run_dir, run_cli, spawn, summary_of
+from cli_utils import logged, only_run_dir, run_cli, spawn, summary_of
 from dataset_fakes import detuned_balancers_dataset, random_dataset
 from tensordict import TensorDict
 from torch.distributions import Normal
@@ -174,13 +173,6 @@ ODT_LEARNING = [
     # offline until the score has levelled off, then 24 rounds of 8 episodes and 100 updates each
     "online.offline_updates=1800", "online.updates_per_round=100", "total_updates=4200",
     "eval.interval_updates=600", "eval.episodes=20"]
-
-
-def logged(run_dir, key: str) -> dict[int, float]:
-    """``key``'s values in metrics.csv, by update."""
-    with open(run_dir / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    return {int(r["step"]): float(r["value"]) for r in rows if r["key"] == key}
 
 
 @pytest.mark.learning
