@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,9 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes)", key="resume",
                               fix=f"delete {path} to start afresh, or set resume= to another checkpoint")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's advice on a file it refuses is not the user's
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(
             f"cannot read checkpoint {path} ({type(err).__name__}: {error_reason(err)})",

@@ -29,12 +29,13 @@ from rlrun.trainer.builtins import EVAL_SEED_OFFSET
 from rlrun.trainer.evaluation import Evaluator
 from rlrun.use import find_checkpoint, read, restore
 
-OPTIONS = {"episodes": int, "seed": int, "deterministic": bool, "video": bool, "device": str, "out": str}
+OPTIONS = {"episodes": int, "seed": int, "deterministic": bool, "video": bool, "device": str, "out": str,
+           "trust_code": bool}
 
 
 def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = None,
              deterministic: bool = True, video: bool = False, device: str = "cpu",
-             out: str | Path | None = None) -> dict[str, Any]:
+             out: str | Path | None = None, trust_code: bool = False) -> dict[str, Any]:
     """Runs ``episodes`` episodes of the policy saved at ``path``; writes and returns the result.
 
     Returns:
@@ -44,7 +45,7 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
     from rlrun.build import resolve_device
 
     file = find_checkpoint(path)
-    state, cfg = read(file)
+    state, cfg = read(file, trust_code)  # a saved config that would run code is refused unless trusted
     episodes = int(cfg.eval.episodes) if episodes is None else episodes
     if episodes < 1:
         raise ConfigError(f"must be >= 1, got {episodes}", key="episodes", fix="e.g. episodes=10")
@@ -61,7 +62,8 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         from rlrun.video import check_installed, record, render_overrides
 
         check_installed("video")
-    policy, env = restore(cfg, state, dev, num_envs, **(render_overrides(cfg.env, "video") if video else {}))
+    policy, env = restore(cfg, state, dev, num_envs, trust_code,
+                          **(render_overrides(cfg.env, "video") if video else {}))
     try:
         evaluator = Evaluator(env, episodes, seed, device=str(dev))
         if video:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -29,13 +30,17 @@ def example_batch(pi: LoadedPolicy, n: int = 2) -> torch.Tensor:
     return torch.from_numpy(np.zeros((n, *pi.spec.observation_shape), pi.spec.observation_dtype))
 
 
-def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None) -> Path:
+def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None,
+           trust_code: bool = False) -> Path:
     """Writes the policy of ``path`` as a ``torch.export`` program or an ONNX model; returns the file."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}", key="--format", fix=f"use one of {', '.join(FORMATS)}")
     src = find_checkpoint(path)
     out = Path(out) if out else src.parent / f"policy{FORMATS[fmt]}"
-    pi = load(src, device="cpu")
+    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise ConfigError(f"cannot write {out}: {out.parent} is not a writable directory", key="--out",
+                          fix="give a file path in an existing, writable directory")
+    pi = load(src, device="cpu", trust_code=trust_code)
     batch = torch.export.Dim("batch")
     if fmt == "pt2":
         with warnings.catch_warnings():
@@ -64,9 +69,11 @@ def main(args: list[str]) -> int:
     parser.add_argument("--format", default="pt2", choices=sorted(FORMATS))
     parser.add_argument("--out", default=None, help="the file to write (default: policy.<format> "
                         "in the run directory)")
+    parser.add_argument("--trust-code", action="store_true", help="accept a saved config that imports "
+                        "or calls code (_target_, env.imports, module:id); only for files you trust")
     opts = parser.parse_args(args)
     try:
-        out = export(opts.path, opts.format, opts.out)
+        out = export(opts.path, opts.format, opts.out, opts.trust_code)
     except RlrunError as err:
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         return err.exit_code

@@ -113,6 +113,13 @@ def resolve_factory(kind: str, node: dict, key: str) -> tuple[Callable, dict]:
     """The factory a component node names (``name`` or ``_target_``) and the node's other keys."""
     node = dict(node)
     if "_target_" in node:
+        from rlrun.trust import untrusted_source
+
+        source = untrusted_source()
+        if source is not None:  # a config read from a file: data, never an import path
+            raise ConfigError(f"the config saved in {source} names _target_ {node['_target_']!r}; "
+                              "loaded configs build registered components only", key=f"{key}._target_",
+                              fix="load only files you trust with trust_code=true")
         factory = _import_target(node.pop("_target_"), key)
         node.pop("name", None)
         return factory, node

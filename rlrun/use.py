@@ -21,8 +21,11 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from torch import Tensor, nn
 from rlrun import checkpoint
 from rlrun.errors import CheckpointError
 from rlrun.registry import build
+from rlrun.trust import check_loaded, untrusted
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
 POLICY_FORMAT = 1
@@ -47,8 +51,12 @@ def find_checkpoint(path: str | Path) -> Path:
         for name in (CHECKPOINT, POLICY_FILE):
             if (path / name).is_file():
                 return path / name
-        hint = (" (the run is still before its first checkpoint: checkpoint.interval_frames)"
-                if (path / "config.yaml").exists() else "")
+        hint = ""
+        if (path / "config.yaml").exists():
+            status = _summary_status(path)
+            hint = {"diverged": " (the run diverged before its first checkpoint, so it wrote none)",
+                    "failed": " (the run failed before its first checkpoint, so it wrote none)"}.get(
+                status, " (the run is still before its first checkpoint: checkpoint.interval_frames)")
         raise CheckpointError(f"no {CHECKPOINT} in {path}{hint}", key="path",
                               fix="give a run directory that holds checkpoint.pt, or a checkpoint file")
     if not path.is_file():
@@ -57,14 +65,30 @@ def find_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def read(path: str | Path) -> tuple[dict[str, Any], DictConfig]:
-    """The saved state (``policy``, ``exploration``, ``frames``) and the run's own config."""
+def _summary_status(run_dir: Path) -> str | None:
+    try:
+        return str(json.loads((run_dir / "summary.json").read_text()).get("status"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], DictConfig]:
+    """The saved state (``policy``, ``exploration``, ``frames``) and the run's own config.
+
+    The config is checked as data (``rlrun.trust.check_loaded``): one that would import or call
+    code, or read the environment, is refused unless ``trust_code``.
+    """
     file = find_checkpoint(path)
     try:
-        raw = torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's advice on a file it refuses is not the user's
+            warnings.simplefilter("ignore", UserWarning)
+            raw = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"cannot read {file} ({type(err).__name__}: {str(err).splitlines()[0]})",
-                              key="path", fix="give an rlrun checkpoint.pt or policy.pt") from None
+        raise CheckpointError(
+            f"cannot read {file} ({checkpoint.error_reason(err)}): rlrun expects a torch.save file of "
+            "tensors, numbers, strings, lists and dicts, as rlrun writes it", key="path",
+            fix="give an rlrun checkpoint.pt or policy.pt (rlrun never unpickles objects from a file)",
+        ) from None
     if isinstance(raw, dict) and raw.get("policy_format") == POLICY_FORMAT:
         state = raw
     elif isinstance(raw, dict) and raw.get("format_version") == checkpoint.FORMAT_VERSION:
@@ -81,7 +105,13 @@ def read(path: str | Path) -> tuple[dict[str, Any], DictConfig]:
     if not text:
         raise CheckpointError(f"{file} holds no config, and there is no config.yaml beside it", key="path",
                               fix="give the run directory that the checkpoint was written in")
-    return state, OmegaConf.create(text)
+    try:
+        cfg = OmegaConf.create(text)
+    except Exception as err:
+        raise CheckpointError(f"the config saved in {file} is not valid YAML ({type(err).__name__})",
+                              key="path", fix="give a checkpoint.pt or policy.pt written by rlrun") from None
+    check_loaded(cfg, str(file), trust_code)
+    return state, cfg
 
 
 class ActionMap(nn.Module):
@@ -161,18 +191,21 @@ class LoadedPolicy(nn.Module):
         return action.cpu().numpy() if as_numpy else action.to(obs.device)
 
 
-def load(path: str | Path, device: str = "cpu", deterministic: bool = True) -> LoadedPolicy:
+def load(path: str | Path, device: str = "cpu", deterministic: bool = True,
+         trust_code: bool = False) -> LoadedPolicy:
     """The policy of a run directory, ``checkpoint.pt`` or ``policy.pt``, ready to act.
 
     Args:
         path: A run directory or a file in one.
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
         deterministic: The mode of the action distribution (else the behaviour policy's samples).
+        trust_code: Accept a saved config that imports or calls code (``_target_``, ``env.imports``,
+            ``module:id``, interpolations); only for files you trust. Off: such a file is refused.
     """
     from rlrun.build import resolve_device
 
-    state, cfg = read(path)
-    policy, env = restore(cfg, state, resolve_device(device), vectorization="sync")
+    state, cfg = read(path, trust_code)
+    policy, env = restore(cfg, state, resolve_device(device), trust_code=trust_code, vectorization="sync")
     try:
         return LoadedPolicy(policy, ActionMap(_sub_env(env)), cfg, env.spec, state["frames"],
                             deterministic).to(resolve_device(device)).eval()
@@ -181,12 +214,21 @@ def load(path: str | Path, device: str = "cpu", deterministic: bool = True) -> L
 
 
 def restore(cfg: DictConfig, state: dict[str, Any], device: torch.device, num_envs: int = 1,
-            **env_overrides: Any) -> tuple[nn.Module, Any]:
+            trust_code: bool = False, **env_overrides: Any) -> tuple[nn.Module, Any]:
     """Rebuilds the env (``num_envs`` sub-envs) and the policy with its saved weights.
+
+    The config is a loaded one (``read``): unless ``trust_code``, the registry refuses any
+    ``_target_`` while building from it, whatever the caller checked before.
 
     Returns:
         ``(policy, env)``: the env is open; the caller closes it.
     """
+    with contextlib.nullcontext() if trust_code else untrusted("the loaded config"):
+        return _restore(cfg, state, device, num_envs, **env_overrides)
+
+
+def _restore(cfg: DictConfig, state: dict[str, Any], device: torch.device, num_envs: int,
+             **env_overrides: Any) -> tuple[nn.Module, Any]:
     node = {**OmegaConf.to_container(cfg.env, resolve=True), "num_envs": num_envs, **env_overrides}
     env = build("env", node, key="env")
     policy = build("model", cfg.model, spec=env.spec).to(device)
