@@ -224,7 +224,9 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
             plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
             plan["continues"] = plan["run_id"] is not None
         return plan
-    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=True))
+    # unresolved: the saved config is data, written resolved; resolving a hostile one's
+    # ${oc.env:...} here would copy the environment into the listed changes and the tracker
+    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=False))
     changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
                if old.get(k, "<unset>") != new.get(k, "<unset>")]
     unsafe = [c for c in changes if not c[0].startswith(SAFE_TO_CHANGE)]
