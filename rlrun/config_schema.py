@@ -32,6 +32,12 @@ from rlrun.registry import (
     resolve_factory,
 )
 
+# Budgets up to 10^12 (11 days at a million frames per second): counters stay exact in int64 and
+# in the float fractions schedules use; a larger number is a typo, not a plan.
+Budget = Annotated[int, Range(gt=0, le=10**12)]
+# What numpy's and torch's seeding accept (numpy: 0 <= seed < 2^32); a larger one overflowed mid-build.
+Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
+
 # Sections built by the registry: config key -> component kind.
 # Checked in this order: a key that others interpolate (collector.frames_per_batch) comes first.
 COMPONENT_SECTIONS = {"collector": "collector", "env": "env", "optim": "optim", "buffer": "buffer",
@@ -93,12 +99,12 @@ class OnlineSection:
 class RunConfig:
     """The top level of a run's config (component sections are checked by their factories)."""
 
-    total_frames: PositiveInt | None     # online budget (env steps); null for offline runs
-    total_updates: PositiveInt | None = None  # offline budget (optimiser steps)
+    total_frames: Budget | None          # online budget (env steps); null for offline runs
+    total_updates: Budget | None = None  # offline budget (optimiser steps)
     dataset: str | None = None           # offline data: a Minari dataset id (`rlrun dataset list`)
     dataset_root: str | None = None      # where datasets live (null: $MINARI_DATASETS_PATH, ~/.minari)
     gamma: Fraction = 0.99
-    seed: NonNegativeInt = 0
+    seed: Seed = 0
     device: str = "auto"
     threads: Annotated[int, Range(ge=1)] | None = 1
     resume: bool | str = "auto"

@@ -16,7 +16,7 @@ set by ``rlrun.sources.normalize_from_dataset`` and saved with the policy).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict
@@ -25,10 +25,10 @@ from torch import Tensor, nn
 from rlrun.contracts import Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
-from rlrun.modules.networks import ObservationNormalizer
+from rlrun.modules.networks import Hidden, ObservationNormalizer
 from rlrun.modules.transformer import DecisionTransformer, DTLoss, ODTLoss, RollingContext
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import PositiveInt, register
 
 SLICE_KEYS = ("return_to_go", "observation", "action", "timestep", "mask")
 
@@ -108,9 +108,10 @@ class DTPolicy(Policy):
 
 
 @register("model", "dt")
-def decision_transformer(spec: EnvSpec, hidden: int = 128, n_layers: int = 3, n_heads: int = 1,
+def decision_transformer(spec: EnvSpec, hidden: PositiveInt = 128, n_layers: int = 3, n_heads: int = 1,
                          max_timestep: int = 1000, dropout: float = 0.1, head: str = "deterministic",
-                         activation: str = "relu", head_hidden: list[int] = (), eval_context: int = 20,
+                         activation: Literal["relu", "gelu", "tanh"] = "relu", head_hidden: Hidden = (),
+                         eval_context: int = 20,
                          target_return: float = 0.0, rtg_scale: float = 1.0,
                          normalize_observations: bool = True) -> DTPolicy:
     """A Decision Transformer policy (``head``: deterministic for DT, tanh_normal for online DT).

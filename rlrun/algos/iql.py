@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from rlrun.contracts import Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
-from rlrun.modules.networks import ValueCritic, mlp, polyak_update, target_copy
+from rlrun.modules.networks import Activation, Hidden, ValueCritic, mlp, polyak_update, target_copy
 from rlrun.policy import Policy
 from rlrun.registry import register
 
@@ -78,9 +78,9 @@ class IQLLoss(Loss):
     has_targets = True
     learns_from = ("dataset",)
 
-    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, value_hidden: list[int] = (256, 256),
-                 activation: str = "relu", tau: float = 0.005, expectile: float = 0.7, beta: float = 3.0,
-                 max_weight: float = 100.0):
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, value_hidden: Hidden = (256, 256),
+                 activation: Activation = "relu", tau: float = 0.005, expectile: float = 0.7,
+                 beta: float = 3.0, max_weight: float = 100.0):
         super().__init__(policy)
         if not 0.0 < expectile < 1.0:
             raise ConfigError(f"must be in (0, 1), got {expectile}", key="loss.expectile",

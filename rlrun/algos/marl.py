@@ -28,7 +28,7 @@ from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.objectives.gae import warm_up
 from rlrun.objectives.multiagent_gae import multiagent_gae
-from rlrun.registry import Fraction, register
+from rlrun.registry import Fraction, PositiveFloat, register
 from rlrun.trainer.hooks import IO, Hook
 
 AGENTS = "agents"
@@ -62,7 +62,7 @@ class GroupPPOLoss(Loss):
     reads = ("agents.observation", "agents.action", "agents.sample_log_prob", "agents.advantage",
              "agents.value_target")
 
-    def __init__(self, policy: GroupPolicy, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
+    def __init__(self, policy: GroupPolicy, clip_epsilon: PositiveFloat = 0.2, entropy_coef: float = 0.0,
                  critic_coef: float = 1.0, normalize_advantage: bool = True):
         super().__init__(_group_policy(policy, "marl_ppo"))
         self.ppo = MultiAgentPPOLoss(policy.actor, policy.critic, clip_epsilon, entropy_coef, critic_coef,

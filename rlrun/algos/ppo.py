@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import NonNegativeFloat, PositiveFloat, register
 
 
 @register("loss", "ppo")
@@ -36,8 +36,9 @@ class PPOLoss(Loss):
     on_policy = True
     reads = ("observation", "action", "sample_log_prob", "advantage", "value_target")
 
-    def __init__(self, policy: Policy, clip_epsilon: float = 0.2, entropy_coef: float = 0.0,
-                 critic_coef: float = 0.5, normalize_advantage: bool = True,
+    def __init__(self, policy: Policy, clip_epsilon: PositiveFloat = 0.2,
+                 entropy_coef: NonNegativeFloat = 0.0, critic_coef: NonNegativeFloat = 0.5,
+                 normalize_advantage: bool = True,
                  critic_loss: str = "l2"):
         super().__init__(policy)
         if critic_loss not in ("l2", "smooth_l1"):

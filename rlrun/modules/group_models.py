@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from rlrun.envs.vmas import MultiAgentSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupActor, GroupMLP
+from rlrun.modules.networks import Activation, Hidden
 from rlrun.policy import Policy
 from rlrun.registry import register
 
@@ -99,7 +100,7 @@ def group_spec(spec: object, model: str) -> MultiAgentSpec:
 
 
 @register("model", "group_actor_critic")
-def group_actor_critic(spec: MultiAgentSpec, hidden: list[int] = (256, 256), activation: str = "tanh",
+def group_actor_critic(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                        share_params: bool = True, centralised: bool = True, init_log_std: float = 0.0,
                        orthogonal_init: bool = True) -> GroupPolicy:
     """Per-agent actor and V critic for MAPPO (``centralised: true``) and IPPO (``false``)."""
@@ -113,7 +114,7 @@ def group_actor_critic(spec: MultiAgentSpec, hidden: list[int] = (256, 256), act
 
 
 @register("model", "group_actor_q")
-def group_actor_q(spec: MultiAgentSpec, hidden: list[int] = (256, 256), activation: str = "tanh",
+def group_actor_q(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                   share_params: bool = False, centralised: bool = True) -> GroupPolicy:
     """Deterministic per-agent actor and Q critic: MADDPG (``centralised: true``, no sharing), IDDPG."""
     spec = group_spec(spec, "group_actor_q")
@@ -128,7 +129,7 @@ def group_actor_q(spec: MultiAgentSpec, hidden: list[int] = (256, 256), activati
 
 
 @register("model", "group_qnet")
-def group_qnet(spec: MultiAgentSpec, hidden: list[int] = (256, 256), activation: str = "tanh",
+def group_qnet(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                share_params: bool = True) -> GroupPolicy:
     """Per-agent Q-network over discrete actions, acting greedily (independent Q-learning, VDN, QMIX)."""
     spec = group_spec(spec, "group_qnet")

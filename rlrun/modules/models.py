@@ -7,7 +7,9 @@ from torch import nn
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import (
+    Activation,
     Actor,
+    Hidden,
     ObservationNormalizer,
     TwinQCritic,
     ValueCritic,
@@ -25,8 +27,8 @@ def _obs_dim(spec: EnvSpec) -> int:
 
 
 @register("model", "actor_critic")
-def actor_critic(spec: EnvSpec, hidden: list[int] = (64, 64), critic_hidden: list[int] | None = None,
-                 activation: str = "tanh", normalize_observations: bool = False,
+def actor_critic(spec: EnvSpec, hidden: Hidden = (64, 64), critic_hidden: Hidden | None = None,
+                 activation: Activation = "tanh", normalize_observations: bool = False,
                  init_log_std: float = 0.0, orthogonal_init: bool = True) -> Policy:
     """MLP actor (Categorical or state-independent Normal) and V critic, for PPO/A2C."""
     obs_dim = _obs_dim(spec)
@@ -40,8 +42,8 @@ def actor_critic(spec: EnvSpec, hidden: list[int] = (64, 64), critic_hidden: lis
 
 
 @register("model", "actor_twin_q")
-def actor_twin_q(spec: EnvSpec, hidden: list[int] = (256, 256), critic_hidden: list[int] | None = None,
-                 activation: str = "relu", head: str = "tanh_normal",
+def actor_twin_q(spec: EnvSpec, hidden: Hidden = (256, 256), critic_hidden: Hidden | None = None,
+                 activation: Activation = "relu", head: str = "tanh_normal",
                  normalize_observations: bool = False, num_q: int = 2) -> Policy:
     """MLP actor (TanhNormal or deterministic) and twin Q critic, for SAC/TD3/DDPG (num_q=1)."""
     if spec.discrete:
@@ -87,7 +89,7 @@ class QNetwork(nn.Module):
 
 
 @register("model", "qnet")
-def qnet(spec: EnvSpec, hidden: list[int] = (120, 84), activation: str = "relu",
+def qnet(spec: EnvSpec, hidden: Hidden = (120, 84), activation: Activation = "relu",
          normalize_observations: bool = False) -> Policy:
     """MLP Q-network over discrete actions with a greedy policy, for DQN."""
     if not spec.discrete:

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import copy
 import math
+import typing
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from rlrun.registry import Range
+
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+# The annotation factories use, so that the registry refuses an unknown name (and lists the
+# valid ones) when the config is checked, not with a KeyError while the network is built.
+Activation = Literal["tanh", "relu", "elu", "silu"]
+assert set(typing.get_args(Activation)) == set(ACTIVATIONS)
+# Layer widths: each at least 1 (a negative width would reach torch as a negative dimension).
+Hidden = list[Annotated[int, Range(gt=0)]]
 
 
 def mlp(in_dim: int, hidden: list[int], out_dim: int | None, activation: str = "tanh",

@@ -1,0 +1,60 @@
+"""Bad config values are refused when the config is checked, naming the key (issue 25 §6)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from cli_utils import run_cli
+
+from rlrun import registry
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac", "dqn", "mappo", "qmix"])
+@pytest.mark.parametrize("override, key", [("model.activation=sigmoidx", "model.activation"),
+                                           ("model.hidden=[-3]", "model.hidden")])
+def test_network_options_are_checked_before_anything_is_built(tmp_path, capsys, algo, override, key):
+    env = "env=vmas/navigation" if algo in ("mappo", "qmix") else ""
+    code, _, err = run_cli([f"algo={algo}", *filter(None, [env]), override, "logger=none"], tmp_path, capsys)
+    assert code == 2, err
+    assert key in err and "Traceback" not in err and "KeyError" not in err
+    assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+def _hints(factory) -> dict:
+    target = factory.__init__ if isinstance(factory, type) else factory
+    return typing.get_type_hints(target, include_extras=True)
+
+
+def _has_range(hint) -> bool:
+    if typing.get_origin(hint) is typing.Annotated:
+        return any(isinstance(m, registry.Range) for m in typing.get_args(hint)[1:])
+    return any(_has_range(a) for a in typing.get_args(hint))
+
+
+def test_every_registered_activation_and_width_option_declares_its_values():
+    """The class, not the instance: an ``activation`` option of any registered factory is a
+    ``Literal`` and a ``hidden`` width list carries a range, so no new component can bring
+    back the KeyError / negative-dimension traceback."""
+    missing = []
+    for entry in registry.entries():
+        for name, hint in _hints(entry.factory).items():
+            if "activation" in name and typing.get_origin(hint) is not typing.Literal:
+                missing.append(f"{entry.kind}/{entry.name}.{name}: {hint}")
+            if name.endswith("hidden") and not _has_range(hint):
+                missing.append(f"{entry.kind}/{entry.name}.{name}: {hint}")
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=1180591620717411303424", "seed"),                  # overflowed numpy's seeding mid-build
+    ("seed=-1", "seed"),
+    ("total_frames=99999999999999999999999", "total_frames"),  # trained
+    ("algo=ppo loss.clip_epsilon=-0.2", "loss.clip_epsilon"),  # trained
+    ("algo=ppo loss.entropy_coef=-1", "loss.entropy_coef"),
+])
+def test_out_of_range_values_are_refused_naming_the_key(tmp_path, capsys, override, key):
+    code, _, err = run_cli([*override.split(), "logger=none"], tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith(f"rlrun: error: {key}:") and "Traceback" not in err
+    assert not list(tmp_path.rglob("checkpoint.pt"))
