@@ -299,9 +299,12 @@ def _task(cfg) -> None:
     say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
         f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
     if summary["status"] == "diverged":
+        kept = Path(summary["run_dir"]) / "checkpoint.pt"
+        # say what is true: a run that diverged before its first checkpoint has none to keep
+        where = (f"the last finite checkpoint is kept in {kept}" if kept.is_file() else
+                 "it diverged before its first checkpoint, so none was written (a rerun starts afresh)")
         print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
-              "  fix: lower optim.lr (or add optim.max_grad_norm); the last finite checkpoint is kept "
-              f"in {summary['run_dir']}", file=sys.stderr)
+              f"  fix: lower optim.lr (or add optim.max_grad_norm); {where}", file=sys.stderr)
         sys.exit(3)
 
 

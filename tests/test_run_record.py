@@ -115,6 +115,23 @@ def test_divergence_stops_nonzero_and_keeps_the_last_finite_checkpoint(tmp_path,
     assert all(torch.isfinite(v).all() for v in kept["loss"].values() if v.is_floating_point())
 
 
+def test_divergence_before_the_first_checkpoint_says_none_was_written(tmp_path, capsys):
+    """Issue 25 §5: no "last finite checkpoint is kept" when there is none, and eval/export
+    then name the divergence, not the checkpoint interval."""
+    sac = ["algo=sac", "env=pendulum", "collector.init_random_frames=200", "collector.frames_per_batch=200",
+           "checkpoint.interval_frames=100000", "eval.episodes=1", "eval.interval_frames=0", "logger=none",
+           "optim.lr=1e3", "total_frames=2000", f"hydra.run.dir={RUN}"]
+    code, _, err = run_cli(sac, tmp_path, capsys)
+    assert code == 3, err
+    run_dir = tmp_path / RUN
+    assert not (run_dir / "checkpoint.pt").exists()
+    assert "before its first checkpoint, so none was written" in err and "is kept" not in err
+    for args in (["eval", str(run_dir)], ["export", str(run_dir)]):
+        code, _, err = run_cli(args, tmp_path, capsys)
+        assert code == 2 and "diverged before its first checkpoint" in err, err
+        assert "interval_frames" not in err
+
+
 def test_divergence_check_is_off_the_step_path(monkeypatch):
     """One host sync per batch: the per-step part only ORs flags on the device."""
     from rlrun.trainer.builtins import DivergenceGuard
