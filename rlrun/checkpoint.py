@@ -37,6 +37,14 @@ def save(state: dict[str, Any], path: str | Path) -> None:
             tmp.unlink()
 
 
+def load_weights_only(path: str | Path) -> Any:
+    """``torch.load`` of tensors and plain values only; torch's warnings on a file it refuses
+    (pickle protocols, allow-list advice) are not the user's, rlrun's error says what is wrong."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def load(path: str | Path) -> dict[str, Any]:
     """Reads a checkpoint, raising ``CheckpointError`` with a fix if it cannot be used."""
     path = Path(path)
@@ -47,9 +55,7 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes)", key="resume",
                               fix=f"delete {path} to start afresh, or set resume= to another checkpoint")
     try:
-        with warnings.catch_warnings():  # torch's advice on a file it refuses is not the user's
-            warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_weights_only(path)
     except Exception as err:
         raise CheckpointError(
             f"cannot read checkpoint {path} ({type(err).__name__}: {error_reason(err)})",

@@ -299,7 +299,9 @@ def _task(cfg) -> None:
     say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
         f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
     if summary["status"] == "diverged":
-        kept = Path(summary["run_dir"]) / "checkpoint.pt"
+        from rlrun.use import CHECKPOINT
+
+        kept = Path(summary["run_dir"]) / CHECKPOINT
         # say what is true: a run that diverged before its first checkpoint has none to keep
         where = (f"the last finite checkpoint is kept in {kept}" if kept.is_file() else
                  "it diverged before its first checkpoint, so none was written (a rerun starts afresh)")

@@ -18,13 +18,15 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
 import inspect
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal
@@ -109,13 +111,25 @@ def _import_target(path: str, key: str) -> Callable:
         ) from None
 
 
+_untrusted: contextvars.ContextVar[str | None] = contextvars.ContextVar("rlrun_untrusted", default=None)
+
+
+@contextlib.contextmanager
+def untrusted(source: str) -> Iterator[None]:
+    """While active, ``_target_`` nodes are refused: the config being built was read from
+    ``source`` (a file), and a loaded config builds registered components only."""
+    token = _untrusted.set(source)
+    try:
+        yield
+    finally:
+        _untrusted.reset(token)
+
+
 def resolve_factory(kind: str, node: dict, key: str) -> tuple[Callable, dict]:
     """The factory a component node names (``name`` or ``_target_``) and the node's other keys."""
     node = dict(node)
     if "_target_" in node:
-        from rlrun.trust import untrusted_source
-
-        source = untrusted_source()
+        source = _untrusted.get()
         if source is not None:  # a config read from a file: data, never an import path
             raise ConfigError(f"the config saved in {source} names _target_ {node['_target_']!r}; "
                               "loaded configs build registered components only", key=f"{key}._target_",

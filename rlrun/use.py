@@ -24,24 +24,77 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
 from rlrun import checkpoint
 from rlrun.errors import CheckpointError
-from rlrun.registry import build
-from rlrun.trust import check_loaded, untrusted
+from rlrun.registry import build, untrusted
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
 POLICY_FORMAT = 1
+
+# What a config read from a file may not make rlrun do (the README's "Files are data"): a
+# ``_target_`` (or Hydra's other instantiate keys) would import and call any callable; a
+# ``${...}`` would read the loader's environment (rlrun writes configs resolved, so a loaded one
+# has none); ``env.imports`` and ``env.id=module:Name-v0`` import a module.
+# Hydra's instantiate keys: each one makes a node call or import something.
+CODE_KEYS = ("_target_", "_partial_", "_args_", "_call_", "_recursive_", "_convert_")
+
+def code_paths(node: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """``(key, what)`` for every place in a config container that would run code or read the
+    environment: instantiate keys, interpolations, env module imports."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if str(k) in CODE_KEYS:
+                found.append((key, f"{k} {v!r}"))
+            found += code_paths(v, key)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += code_paths(v, f"{prefix}[{i}]")
+    elif isinstance(node, str) and "${" in node:
+        found.append((prefix, f"the interpolation {node[:80]!r}"))
+    if not prefix and isinstance(node, dict) and isinstance(node.get("env"), dict):
+        env = node["env"]
+        for i, module in enumerate(env.get("imports") or []):
+            found.append((f"env.imports[{i}]", f"an import of module {module!r}"))
+        env_id = env.get("id")
+        if isinstance(env_id, str) and ":" in env_id:
+            found.append(("env.id", f"an import of module {env_id.split(':')[0]!r}"))
+    return found
+
+
+def check_loaded(cfg: DictConfig | ListConfig | dict, source: str, trust_code: bool = False) -> None:
+    """Refuses a config read from ``source`` that would run code, unless ``trust_code``.
+
+    Raises:
+        CheckpointError: naming the first offending key and what it would do.
+    """
+    raw = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    found = code_paths(raw)
+    if not found:
+        return
+    if trust_code:
+        for key, what in found:
+            print(f"[rlrun] trust_code: {source} runs {what} ({key})", file=sys.stderr, flush=True)
+        return
+    key, what = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    raise CheckpointError(
+        f"the config saved in {source} asks for {what}{more}; rlrun builds loaded configs from "
+        "registered components only", key=key,
+        fix="load only files you trust with trust_code (rlrun.load(path, trust_code=True), "
+        "rlrun eval PATH trust_code=true, rlrun export PATH --trust-code)")
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -75,14 +128,12 @@ def _summary_status(run_dir: Path) -> str | None:
 def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], DictConfig]:
     """The saved state (``policy``, ``exploration``, ``frames``) and the run's own config.
 
-    The config is checked as data (``rlrun.trust.check_loaded``): one that would import or call
+    The config is checked as data (``check_loaded``): one that would import or call
     code, or read the environment, is refused unless ``trust_code``.
     """
     file = find_checkpoint(path)
     try:
-        with warnings.catch_warnings():  # torch's advice on a file it refuses is not the user's
-            warnings.simplefilter("ignore", UserWarning)
-            raw = torch.load(file, map_location="cpu", weights_only=True)
+        raw = checkpoint.load_weights_only(file)
     except Exception as err:
         raise CheckpointError(
             f"cannot read {file} ({checkpoint.error_reason(err)}): rlrun expects a torch.save file of "

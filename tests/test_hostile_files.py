@@ -99,8 +99,7 @@ def test_nested_targets_interpolations_and_env_imports_are_refused(trained, tmp_
 
 def test_the_registry_refuses_targets_while_a_loaded_config_is_built(trained):
     """The second line of defence: a loader that skipped the check still cannot import."""
-    from rlrun.registry import build
-    from rlrun.trust import untrusted
+    from rlrun.registry import build, untrusted
 
     with untrusted("a test file"), pytest.raises(ConfigError) as err:
         build("model", {"_target_": "os.system", "command": "true"})

@@ -16,7 +16,7 @@ set by ``rlrun.sources.normalize_from_dataset`` and saved with the policy).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -26,7 +26,7 @@ from rlrun.contracts import Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Hidden, ObservationNormalizer
-from rlrun.modules.transformer import DecisionTransformer, DTLoss, ODTLoss, RollingContext
+from rlrun.modules.transformer import Activation, DecisionTransformer, DTLoss, ODTLoss, RollingContext
 from rlrun.policy import Policy
 from rlrun.registry import PositiveInt, register
 
@@ -110,7 +110,7 @@ class DTPolicy(Policy):
 @register("model", "dt")
 def decision_transformer(spec: EnvSpec, hidden: PositiveInt = 128, n_layers: int = 3, n_heads: int = 1,
                          max_timestep: int = 1000, dropout: float = 0.1, head: str = "deterministic",
-                         activation: Literal["relu", "gelu", "tanh"] = "relu", head_hidden: Hidden = (),
+                         activation: Activation = "relu", head_hidden: Hidden = (),
                          eval_context: int = 20,
                          target_return: float = 0.0, rtg_scale: float = 1.0,
                          normalize_observations: bool = True) -> DTPolicy:

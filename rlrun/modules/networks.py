@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import typing
 from typing import Annotated, Literal
 
 import torch
@@ -22,8 +21,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 # The annotation factories use, so that the registry refuses an unknown name (and lists the
 # valid ones) when the config is checked, not with a KeyError while the network is built.
-Activation = Literal["tanh", "relu", "elu", "silu"]
-assert set(typing.get_args(Activation)) == set(ACTIVATIONS)
+Activation = Literal[tuple(ACTIVATIONS)]
 # Layer widths: each at least 1 (a negative width would reach torch as a negative dimension).
 Hidden = list[Annotated[int, Range(gt=0)]]
 

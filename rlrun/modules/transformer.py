@@ -21,6 +21,7 @@ Normal squashed by tanh, log std mapped into ``[log_std_min, log_std_max]``).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
@@ -51,6 +52,7 @@ class CausalSelfAttention(nn.Module):
 
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+Activation = Literal[tuple(_ACTIVATIONS)]  # the model factory's annotation: checked with the config
 
 
 class Block(nn.Module):
