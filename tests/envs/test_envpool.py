@@ -249,3 +249,12 @@ def test_a_bad_backend_on_the_command_line_is_one_line_and_exit_2(tmp_path, caps
 
     code, out, err = run_cli(["env=hopper", "env.backend=jax", "logger=none"], tmp_path, capsys)
     assert code == 2 and "env.backend" in err and "Traceback" not in err + out
+
+
+def test_the_backend_benchmark_times_both_backends_with_one_actor():
+    from rlrun.benchmarks.collection import bench_backends, render_backends
+
+    row = bench_backends("HalfCheetah-v5", 2, "actor", batches=1, reps=1, frames_per_batch=40)
+    assert row["fps_gymnasium"] > 0 and row["fps_envpool"] > 0 and row["ratio"] > 0
+    assert len(row["times_s"]["envpool"]) == len(row["cpu_s"]["gymnasium"]) == 1
+    assert "| HalfCheetah-v5 | 2 | actor |" in render_backends({"rows": [row], "notes": []})
