@@ -258,3 +258,45 @@ def test_the_backend_benchmark_times_both_backends_with_one_actor():
     assert row["fps_gymnasium"] > 0 and row["fps_envpool"] > 0 and row["ratio"] > 0
     assert len(row["times_s"]["envpool"]) == len(row["cpu_s"]["gymnasium"]) == 1
     assert "| HalfCheetah-v5 | 2 | actor |" in render_backends({"rows": [row], "notes": []})
+
+
+class StubAtariPool:
+    """Replays scripted EnvPool Atari steps (obs id, reward, done, trunc, game over, lives) per sub-env."""
+
+    def __init__(self, script: dict):
+        self.script, self.calls = script, []
+
+    def step(self, action, env_id=None):
+        ids = np.arange(2) if env_id is None else np.asarray(env_id)
+        self.calls.append((np.asarray(action).tolist(), ids.tolist()))
+        rows = [self.script[("fire" if env_id is not None else "step", int(i))] for i in ids]
+        obs, reward, done, trunc, over, lives = (np.array(c) for c in zip(*rows))
+        info = {"terminated": over.astype(np.int32), "lives": lives.astype(np.int32)}
+        return obs, reward.astype(np.float32), done & ~trunc, trunc, info
+
+
+def stub_atari(script: dict, fire_reset: bool) -> EnvPoolAtariVecEnv:
+    env = object.__new__(EnvPoolAtariVecEnv)  # the adapter's step logic without a real pool
+    env.num_envs, env.fire_reset, env.terminal_on_life_loss = 2, fire_reset, True
+    env._lives, env._pool = np.array([3, 3]), StubAtariPool(script)
+    return env
+
+
+def test_game_over_on_the_last_allowed_step_is_terminated_not_truncated():
+    # sub-env 0: game over exactly at the time limit (EnvPool: trunc); sub-env 1: the limit alone
+    env = stub_atari({("step", 0): (0, 1.0, True, True, True, 0),
+                      ("step", 1): (1, 0.0, True, True, False, 3)}, fire_reset=False)
+    _, _, term, trunc = env._after_step(*env._pool.step(np.zeros(2)))
+    assert term.tolist() == [True, False] and trunc.tolist() == [False, True]
+    assert not env.learning_terminal.any()
+
+
+def test_fire_after_a_lost_life_steps_only_that_sub_env_and_adds_its_reward():
+    env = stub_atari({("step", 0): (10, 1.0, False, False, False, 2),   # lost a life
+                      ("step", 1): (11, 4.0, False, False, False, 3),
+                      ("fire", 0): (20, 7.0, False, False, False, 2)}, fire_reset=True)
+    obs, reward, term, trunc = env._after_step(*env._pool.step(np.zeros(2)))
+    assert env._pool.calls[-1] == ([1], [0])  # FIRE, sub-env 0 only
+    assert obs.tolist() == [20, 11] and reward.tolist() == [8.0, 4.0]
+    assert env.learning_terminal.tolist() == [True, False] and not (term | trunc).any()
+    assert env._lives.tolist() == [2, 3]
