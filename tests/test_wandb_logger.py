@@ -13,6 +13,7 @@ from wandb_offline import offline_runs
 FAST = ["total_frames=2048", "collector.frames_per_batch=512", "eval.episodes=1", "eval.interval_frames=1024",
         "progress=false"]
 STEPS = [512, 1024, 1536, 2048]
+MULTI = ["logger=multi", "~logger.loggers.tensorboard", "+logger.loggers.wandb={name: wandb}"]
 
 
 @pytest.fixture
@@ -82,8 +83,7 @@ def test_resumed_run_continues_the_same_wandb_run_each_step_once(tmp_path, offli
 def test_multi_with_wandb_logs_what_mlflow_logs(tmp_path, offline, capsys):
     from mlflow.tracking import MlflowClient
 
-    code, _, err = run_cli(["logger=multi", "~logger.loggers.tensorboard", "+logger.loggers.wandb={name: wandb}",
-                            *FAST, "hydra.run.dir=runs/multi"], tmp_path, capsys)
+    code, _, err = run_cli([*MULTI, *FAST, "hydra.run.dir=runs/multi"], tmp_path, capsys)
     assert code == 0, err
     summary = summary_of(tmp_path / "runs/multi")
     (run,) = offline_runs(offline)
@@ -96,8 +96,7 @@ def test_multi_with_wandb_logs_what_mlflow_logs(tmp_path, offline, capsys):
     assert tracking["run_id"] == mlflow_id and tracking["wandb_run_id"] == run.run_id != mlflow_id
     assert "policy.pt" in run.files
     # resumed in multi: MLflow's run and W&B's run both continue
-    code, _, err = run_cli(["logger=multi", "~logger.loggers.tensorboard", "+logger.loggers.wandb={name: wandb}",
-                            *FAST, "total_frames=2560", "hydra.run.dir=runs/multi"], tmp_path, capsys)
+    code, _, err = run_cli([*MULTI, *FAST, "total_frames=2560", "hydra.run.dir=runs/multi"], tmp_path, capsys)
     assert code == 0, err
     assert [r.run_id for r in offline_runs(offline)] == [run.run_id, run.run_id]
     assert summary_of(tmp_path / "runs/multi")["mlflow_run_id"] == mlflow_id
