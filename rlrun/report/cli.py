@@ -64,7 +64,7 @@ def make_report(args: argparse.Namespace) -> Report:
     """Loads the runs that ``args`` select and builds the report; raises ReportError."""
     uri = normalize_uri(args.tracking_uri)
     runs = load_runs(uri, args.experiment, combine_filters(args.table, args.filter))
-    runs = runs[[PARENT_TAG not in t for t in runs["tags"]]]  # sweeps' parent runs hold no training
+    runs = runs[runs["tags"].map(lambda t: PARENT_TAG not in t).astype(bool)]  # sweeps' parents: no training
     if runs.empty:
         where = f"{uri}" + (f", experiment(s) {', '.join(args.experiment)}" if args.experiment else "")
         if args.table:
