@@ -138,3 +138,23 @@ def test_wandb_is_imported_only_when_chosen():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_evaluation_video_is_a_file_and_media_at_its_evaluation_step(tmp_path, offline):
+    """A video logged during an evaluation goes with that batch's metrics (as rlrun.video logs it)."""
+    from rlrun.loggers.wandb import WandbLogger
+
+    run_dir = tmp_path / "run"
+    (run_dir / "videos").mkdir(parents=True)
+    video = run_dir / "videos" / "eval-frame0000001024.mp4"
+    video.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(64))  # W&B copies it, it does not decode it
+    logger = WandbLogger(run_dir, "video", tags={"algo": "ppo"})
+    logger.log_metrics({"frames": 512}, step=512)
+    logger.log_artifact(video)
+    logger.log_metrics({"eval/episode_return": 9.0, "frames": 1024}, step=1024)
+    logger.finish()
+    (run,) = offline_runs(offline)
+    assert "videos/eval-frame0000001024.mp4" in run.files
+    assert (run.folder / "files" / "videos" / "eval-frame0000001024.mp4").read_bytes() == video.read_bytes()
+    (row,) = [r for r in run.history if "eval/video" in r]
+    assert row["_step"] == 1024 and row["eval/video"]["_type"] == "video-file"

@@ -78,9 +78,15 @@ def read_offline_run(folder: Path) -> OfflineRun:
             out.config.update({u.key: json.loads(u.value_json) for u in record.run.config.update})
         elif kind == "config":
             out.config.update({u.key: json.loads(u.value_json) for u in record.config.update})
-        elif kind == "history":
-            out.history.append({"/".join(i.nested_key) or i.key: json.loads(i.value_json)
-                                for i in record.history.item})
+        elif kind == "history":  # media are nested: ("eval/video", "_type"), ...
+            row: dict = {}
+            for item in record.history.item:
+                *parents, leaf = list(item.nested_key) or [item.key]
+                node = row
+                for p in parents:
+                    node = node.setdefault(p, {})
+                node[leaf] = json.loads(item.value_json)
+            out.history.append(row)
         elif kind == "files":
             out.files += [f.path for f in record.files.files]
         elif kind == "exit":
