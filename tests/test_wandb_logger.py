@@ -83,23 +83,26 @@ def test_resumed_run_continues_the_same_wandb_run_each_step_once(tmp_path, offli
 def test_multi_with_wandb_logs_what_mlflow_logs(tmp_path, offline, capsys):
     from mlflow.tracking import MlflowClient
 
-    code, _, err = run_cli([*MULTI, *FAST, "hydra.run.dir=runs/multi"], tmp_path, capsys)
+    code, _, err = run_cli([*MULTI, *FAST], tmp_path, capsys)
     assert code == 0, err
-    summary = summary_of(tmp_path / "runs/multi")
+    run_dir = only_run_dir(tmp_path)
+    assert "wandb" not in run_dir.name  # adding a logger does not make another run directory
+    summary = summary_of(run_dir)
     (run,) = offline_runs(offline)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     mlflow_id = summary["mlflow_run_id"]
     logged = {(m.key, m.step) for key in client.get_run(mlflow_id).data.metrics
               for m in client.get_metric_history(mlflow_id, key)}
     assert run.points() == logged  # the same metric names at the same steps
-    tracking = json.loads((tmp_path / "runs/multi/tracking.json").read_text())
+    tracking = json.loads((run_dir / "tracking.json").read_text())
     assert tracking["run_id"] == mlflow_id and tracking["wandb_run_id"] == run.run_id != mlflow_id
     assert "policy.pt" in run.files
     # resumed in multi: MLflow's run and W&B's run both continue
-    code, _, err = run_cli([*MULTI, *FAST, "total_frames=2560", "hydra.run.dir=runs/multi"], tmp_path, capsys)
+    code, _, err = run_cli([*MULTI, *FAST, "total_frames=2560", f"hydra.run.dir='{run_dir}'"], tmp_path,
+                           capsys)
     assert code == 0, err
     assert [r.run_id for r in offline_runs(offline)] == [run.run_id, run.run_id]
-    assert summary_of(tmp_path / "runs/multi")["mlflow_run_id"] == mlflow_id
+    assert summary_of(run_dir)["mlflow_run_id"] == mlflow_id
 
 
 def test_missing_wandb_package_is_one_line(tmp_path, capsys, monkeypatch):
