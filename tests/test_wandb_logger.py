@@ -161,3 +161,8 @@ def test_evaluation_video_is_a_file_and_media_at_its_evaluation_step(tmp_path, o
     assert (run.folder / "files" / "videos" / "eval-frame0000001024.mp4").read_bytes() == video.read_bytes()
     (row,) = [r for r in run.history if "eval/video" in r]
     assert row["_step"] == 1024 and row["eval/video"]["_type"] == "video-file"
+
+
+def test_unknown_mode_is_one_error_naming_the_key(tmp_path, capsys):
+    code, _, err = run_cli(["logger=wandb", "logger.mode=cloud", *FAST], tmp_path, capsys)
+    assert code == 2 and "logger.mode" in err and "Traceback" not in err

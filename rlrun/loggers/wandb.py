@@ -27,7 +27,7 @@ import secrets
 import shutil
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rlrun.errors import ConfigError
@@ -212,7 +212,7 @@ class WandbLogger(Logger):
 
 @register("logger", "wandb")
 def make_wandb(run_dir: Path, run_name: str, project: str = "rlrun", entity: str | None = None,
-               mode: str = "auto", dir: str | None = None, group: str | None = None,
-               run_id: str | None = None, tags: dict | None = None) -> WandbLogger:
+               mode: Literal["auto", "online", "offline", "disabled"] = "auto", dir: str | None = None,
+               group: str | None = None, run_id: str | None = None, tags: dict | None = None) -> WandbLogger:
     """Weights & Biases: online with an API key, else offline (``wandb sync`` uploads it later)."""
     return WandbLogger(run_dir, run_name, project, entity, mode, dir, group, run_id, tags)
