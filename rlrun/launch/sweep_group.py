@@ -56,6 +56,10 @@ def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
     from mlflow.tracking import MlflowClient
 
     uri = target["tracking_uri"]
+    if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
+        from rlrun.tracking import probe_server
+
+        probe_server(uri)
     if uri.startswith("sqlite"):
         Path(target["root"]).mkdir(parents=True, exist_ok=True)
     client = MlflowClient(uri)
