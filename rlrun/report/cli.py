@@ -6,6 +6,7 @@
     rlrun report table2                   # offline: D4RL-normalised scores beside the paper's
     rlrun report figure2 --out report/    # the paper's Figure 2 (MARL on VMAS): curves + final table
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
+    rlrun report --sweep runs/multirun/2026-01-01_12-00-00   # one sweep's jobs (or its parent run id)
     rlrun report --tracking-uri sqlite:///path/mlflow.db --experiment rlrun --format csv --out out/
 """
 
@@ -15,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlrun.launch.sweep_group import PARENT_TAG, sweep_filter
 from rlrun.report.runs import ReportError, load_runs, normalize_uri
 from rlrun.report.table import TABLES, Report, build_grouped, build_table
 
@@ -35,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment name(s) (default: every experiment in the store)")
     p.add_argument("--filter", metavar="STR",
                    help="MLflow search filter, e.g. \"tags.algo = 'sac' and params.seed != '3'\"")
+    p.add_argument("--sweep", metavar="SWEEP",
+                   help="only the jobs of one sweep: its MLflow parent run id, or its sweep directory "
+                   "(path or name, e.g. runs/multirun/2026-01-01_12-00-00)")
     p.add_argument("--group-by", metavar="KEYS",
                    help="comma-separated tag or param names, or config_hash (default: one cell per "
                    "config: all params but the seed and those that do not change the experiment); "
@@ -59,6 +64,7 @@ def make_report(args: argparse.Namespace) -> Report:
     """Loads the runs that ``args`` select and builds the report; raises ReportError."""
     uri = normalize_uri(args.tracking_uri)
     runs = load_runs(uri, args.experiment, combine_filters(args.table, args.filter))
+    runs = runs[runs["tags"].map(lambda t: PARENT_TAG not in t).astype(bool)]  # sweeps' parents: no training
     if runs.empty:
         where = f"{uri}" + (f", experiment(s) {', '.join(args.experiment)}" if args.experiment else "")
         if args.table:
@@ -128,6 +134,8 @@ def main(argv: list[str]) -> int:
         return int(exit_.code or 0)
     if args.table is None and args.experiment and args.experiment[-1] in TABLES:
         args.table = args.experiment.pop()  # `--experiment NAME table1`: nargs="+" took the table
+    if args.sweep:  # a sweep's jobs: the children of its parent run (rlrun.launch.sweep_group)
+        args.filter = " and ".join(filter(None, [args.filter, sweep_filter(args.sweep)]))
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
