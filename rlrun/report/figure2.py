@@ -117,7 +117,8 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
     tasks = list(dict.fromkeys(t for t, _ in cells))
     algos = list(dict.fromkeys(a for _, a in cells))
     fig = Figure(figsize=(5 * len(tasks), 4), layout="constrained")
-    axes = fig.subplots(1, len(tasks), squeeze=False, sharex=True)[0]
+    # not sharex: a panel without runs clears its ticks (no_data), which would clear them all
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
     colors = {a: f"C{i}" for i, a in enumerate(algos)}
     for ax, task in zip(axes, tasks):
         drawn = False

@@ -122,7 +122,7 @@ def overrides(params: dict[str, str], composed: dict[str, str]) -> list[str]:
     """The overrides that turn the composed presets' flat config into the run's logged params."""
     out = []
     for key in sorted(params):
-        if _skipped(key) or composed.get(key) == params[key]:
+        if _skipped(key) or (composed.get(key) == params[key] and key != "seed"):  # the seed: always said
             continue
         value = hydra_value(literal(params[key]))
         out.append(f"{key}={value}" if key in composed else f"+{key}={value}")

@@ -48,6 +48,7 @@ def test_the_pages_rerun_command_reproduces_a_seed(original, tmp_path):
     assert "(composes to this run's config hash)" in page, re.findall(r"seed 0.{0,300}", page)
     commands = [html.unescape(c) for c in re.findall(r"<pre><code>(rlrun .*?)</code></pre>", page, re.S)]
     assert len(commands) == 2
+    assert sorted(re.search(r" seed=(\d)", c).group(1) for c in commands) == ["0", "1"]
     (command,) = [c for c in commands if " seed=1" in c]
     args = shlex.split(command)
     assert args[:3] == ["rlrun", "algo=ppo", "env=cartpole"]
@@ -70,6 +71,8 @@ def test_a_paper_preset_run_reruns_as_its_preset():
     params = {k: str(v) for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
     again = rerun(params, {"algo": "ppo", "env": "halfcheetah"})
     assert again.command == "rlrun +paper=table1/ppo_halfcheetah optim.lr=0.001 seed=3" and again.exact
+    params["seed"] = "0"  # the default, still said: a reader sees which seed reruns
+    assert rerun(params, {}).command == "rlrun +paper=table1/ppo_halfcheetah optim.lr=0.001 seed=0"
 
 
 @pytest.mark.parametrize("value", ["a b", "it's", "x\\", "a\\'b", "${oc.env:HOME}", "true", "1", "null",
