@@ -119,3 +119,13 @@ def test_page_renders_in_headless_chromium(outputs, tmp_path):
                           capture_output=True, text=True, timeout=90)
     assert shot.is_file(), done.stderr[-2000:]
     assert _distinct_colours(shot) > 200  # text, tables and an inlined figure; a blank page has ~1
+
+
+def test_grouped_report_shows_hostile_values_as_text(hostile, tmp_path):
+    # Ad-hoc cells: keys from the runs' own algo/env tags and a user's --group-by of a hostile param.
+    out = tmp_path / "out"
+    assert main(["--tracking-uri", hostile, "--group-by", "paper.algo,model.note",
+                 "--format", "html,markdown", "--out", str(out)]) == 0
+    page, md = (out / "runs.html").read_text(), (out / "table.md").read_text()
+    assert "<script" not in page.lower() and "<script" not in md.lower()
+    assert html.escape(SCRIPT) in page and "a|b\\n`c`" in page and "a\\|b\\\\n\\`c\\`" in md
