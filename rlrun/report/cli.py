@@ -3,6 +3,7 @@
     rlrun report                          # runs of ./mlflow.db, one cell per config
     rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
     rlrun report table1 --format markdown # report/table.md + PNGs
+    rlrun report table1 --format html     # report/table1.html: one self-contained page
     rlrun report table2                   # offline: D4RL-normalised scores beside the paper's
     rlrun report figure2 --out report/    # the paper's Figure 2 (MARL on VMAS): curves + final table
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
@@ -20,7 +21,7 @@ from rlrun.launch.sweep_group import PARENT_TAG, sweep_filter
 from rlrun.report.runs import ReportError, load_runs, normalize_uri
 from rlrun.report.table import TABLES, Report, build_grouped, build_table
 
-FORMATS = ("terminal", "markdown", "csv")
+FORMATS = ("terminal", "markdown", "csv", "html")
 DEFAULT_OUT = Path("report")
 
 
@@ -47,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-failed", action="store_true",
                    help="keep failed and diverged runs (left out by default)")
     p.add_argument("--format", default="terminal", metavar="FMT",
-                   help="terminal, markdown or csv; comma-separated for several (default: terminal)")
+                   help="terminal, markdown, csv or html (one self-contained page: tables, curves, "
+                   "provenance, rerun commands); comma-separated for several (default: terminal)")
     p.add_argument("--out", metavar="DIR", type=Path,
-                   help="write the table(s) and PNGs here (default: report/ for markdown or csv)")
+                   help="write the table(s) and PNGs here (default: report/ for markdown, csv or html)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     return p
 
@@ -92,15 +94,16 @@ def launch_hint(table: str) -> str:
             f"`rlrun -m '+paper/{table}=glob(*)' seed=0,1,2,3,4`, or ")
 
 
-def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool) -> list[Path]:
-    """Prints/writes the formats; writes PNGs too when there is an output folder."""
+def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool, source: str = ""
+                  ) -> list[Path]:
+    """Prints/writes the formats; writes PNGs too when there is an output folder (``source``: the store)."""
     from rlrun.report import render
 
     written: list[Path] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     names, overview, comparisons = {}, None, {}
-    if out is not None and plots:
+    if out is not None and plots and set(formats) - {"html"}:  # the page inlines its own figures
         from rlrun.report.plots import write_plots
 
         names, overview, comparisons = write_plots(report, out)
@@ -118,6 +121,10 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
     if "csv" in formats:
         render.write_csv(report, out / "table.csv")
         written.append(out / "table.csv")
+    if "html" in formats:
+        from rlrun.report.page import write_table
+
+        written.append(write_table(report, out, source))
     return written
 
 
@@ -157,9 +164,10 @@ def main(argv: list[str]) -> int:
     if args.table == "table2":  # D4RL-normalised scores beside raw returns (rlrun.report.offline)
         from rlrun.report.offline import write_outputs as write_table2
 
-        written = write_table2(report, formats, out)
+        written = write_table2(report, formats, out, normalize_uri(args.tracking_uri))
     else:
-        written = write_outputs(report, formats, out, plots=not args.no_plots)
+        written = write_outputs(report, formats, out, plots=not args.no_plots,
+                                source=normalize_uri(args.tracking_uri))
     if written:
         pngs = sum(p.suffix == ".png" for p in written)
         names = [p.name for p in written if p.suffix != ".png"] + ([f"{pngs} PNG(s)"] if pngs else [])
