@@ -17,6 +17,7 @@ full traceback instead.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ CONF_DIR = Path(str(files("rlrun.conf")))
 SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
 _NOT_FOUND = object()
 MAX_KEY_LEN = 200  # the longest real key is under 60 characters
+PROBE_BYTES = 64 * 1024  # room the run directory must have at start: Hydra's and rlrun's config files
 
 
 def _run_name(override_dirname: str) -> str:
@@ -183,7 +185,8 @@ def precheck(args: list[str]) -> None:
 
 
 def _check_writable(parsed: list, multirun: bool) -> None:
-    """Creates the directory runs go to (as Hydra will) and writes a probe file there, or raises ConfigError.
+    """Creates the directory runs go to (as Hydra will) and writes ``PROBE_BYTES`` there, or raises
+    ConfigError.
 
     That is ``hydra.run.dir`` (``hydra.sweep.dir`` with ``-m``) when given
     without interpolations, else ``runs/`` under the current directory, where
@@ -195,8 +198,9 @@ def _check_writable(parsed: list, multirun: bool) -> None:
     path = Path(given) if given and "${" not in given else Path("runs")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        with tempfile.TemporaryFile(dir=path) as probe:  # bytes, not just a name: a full disk fails here,
+            probe.write(bytes(PROBE_BYTES))             # not in Hydra's own writes (a traceback)
+            probe.flush()
     except OSError as err:
         where = f"{path}" if given else f"runs/ in the current directory {Path.cwd()}"
         raise ConfigError(f"cannot write the run directory {where} ({err.strerror or err})", key=key,
@@ -280,11 +284,22 @@ def _task(cfg) -> None:
     from rlrun.run import train
 
     hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    # A log file that stops taking bytes (a full disk) must not print logging's own traceback
+    # per message: the run's next write of its own files fails as one clean error.
+    logging.raiseExceptions = False
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), run_tags(hc, cfg))
-    except RlrunError as err:
+        summary = train(cfg, run_dir, run_tags(hc, cfg))
+    except (RlrunError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if isinstance(err, OSError):  # a write outside checkpoint.atomic_write (a logger's file)
+            from rlrun.checkpoint import write_error
+
+            failed = write_error(err, err.filename or run_dir)
+            if failed is None:
+                raise
+            err = failed
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
     from rlrun.tracking import say
