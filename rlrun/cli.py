@@ -16,6 +16,7 @@ full traceback instead.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
@@ -26,6 +27,7 @@ import sys
 import tempfile
 from importlib.resources import files
 from pathlib import Path
+from typing import NoReturn
 
 from omegaconf import OmegaConf
 
@@ -290,6 +292,11 @@ def _task(cfg) -> None:
     logging.raiseExceptions = False
     try:
         summary = train(cfg, run_dir, run_tags(hc, cfg))
+    except KeyboardInterrupt as stop:  # Ctrl-C pressed twice, or once before training started
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(_interrupted(stop, run_dir), file=sys.stderr, flush=True)
+        _exit_promptly(128 + signal.SIGINT)
     except (RlrunError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -309,8 +316,8 @@ def _task(cfg) -> None:
     if code:  # stopped by a signal, checkpoint written: 128 + signal (130 Ctrl-C, 143 SIGTERM)
         print(f"[rlrun] interrupted ({summary.get('stop_reason')}) at {summary['frames']}/"
               f"{summary['total_frames']} frames, checkpoint written; rerun the same command to "
-              f"continue -> {summary['run_dir']}", file=sys.stderr)
-        sys.exit(code)
+              f"continue -> {summary['run_dir']}", file=sys.stderr, flush=True)
+        _exit_promptly(code)
     say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
         f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
     if summary["status"] == "diverged":
@@ -323,6 +330,33 @@ def _task(cfg) -> None:
         print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
               f"  fix: lower optim.lr (or add optim.max_grad_norm); {where}", file=sys.stderr)
         sys.exit(3)
+
+
+def _exit_promptly(code: int) -> NoReturn:
+    """Exits with ``code`` once a stopped run is closed, without the interpreter's final
+    garbage collections over torch's and Hydra's module graphs.
+
+    Those take seconds (4.7 s from the last line to the prompt on this project's 2-core
+    machine, 1.3 s this way), while a user who pressed Ctrl-C waits for the prompt. The
+    run's garbage is collected here first, so its finalisers still run; only what lives
+    until exit anyway (modules) is frozen and left to the OS.
+    """
+    gc.collect()
+    gc.freeze()
+    sys.exit(code)
+
+
+def _interrupted(stop: KeyboardInterrupt, run_dir: Path | None = None) -> str:
+    """The one line for a run stopped by Ctrl-C without its usual checkpoint-and-exit."""
+    from rlrun.signals import StopNow
+
+    where = f" -> {run_dir}" if run_dir is not None else ""
+    if isinstance(stop, StopNow):
+        return (f"[rlrun] interrupted ({signal.Signals(stop.signum).name} twice): stopped at once, without "
+                f"a checkpoint of the batch in progress; rerun the same command to continue from the last "
+                f"one{where}")
+    return (f"[rlrun] interrupted (SIGINT); rerun the same command to continue from the last checkpoint, "
+            f"if any{where}")
 
 
 def use_huge_pages_for_large_tensors() -> None:
@@ -339,7 +373,18 @@ def use_huge_pages_for_large_tensors() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged) or 128 + a signal."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (set-up, eval, export, report): one line
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("\n[rlrun] interrupted (SIGINT)", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str]) -> int:
     use_huge_pages_for_large_tensors()
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
@@ -378,11 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [sys.argv[0], *argv]
     try:
         hydra_main()
-    except KeyboardInterrupt:  # Ctrl-C before training started, or a second one: no traceback
+    except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print("[rlrun] interrupted (SIGINT); rerun the same command to continue from the last "
-              "checkpoint, if any", file=sys.stderr)
+        print(_interrupted(stop), file=sys.stderr, flush=True)
         return 128 + signal.SIGINT
     return 0
 

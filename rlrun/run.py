@@ -178,6 +178,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             # the policy alone (config + weights), so that a remote tracking server holds the model
             logger.log_artifact(write_policy_file(run_dir, cfg, policy, trainer.frames))
             status = "KILLED" if trainer.interrupted else "FINISHED"
+    except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
+        status = "KILLED"
+        raise
     finally:
         restore_handlers(previous)
         progress.close()
