@@ -85,7 +85,7 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
               "episodes": len(returns), "seed": seed, "deterministic": deterministic,
               "frames": state["frames"], "checkpoint": str(file), "videos": videos}
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(result, indent=2))
+    atomic_write_text(out, json.dumps(result, indent=2), key="out")
     return {**result, "json": str(out)}
 
 

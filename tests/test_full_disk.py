@@ -152,6 +152,16 @@ def test_a_run_whose_checkpoint_outgrows_the_file_system_stops_in_one_message_an
     assert "resuming from frame 500" in again.stderr
     assert summary_of(run_dir)["frames"] == 1000
 
+    # rlrun export's file too (torch.export's zip writer used to abort the process when it
+    # was collected after a failed write: "terminate called after throwing ... c10::Error")
+    export = run_limited(code, 20_000, ["export", "run"], tmp_path)
+    assert export.returncode == 2, export.stderr
+    lines = lines_of(export.stderr)
+    assert len(lines) == 2 and "terminate called" not in export.stderr, export.stderr
+    assert lines[0] == (f"rlrun: error: --out: cannot write policy.pt2 in {run_dir}: over the file size "
+                        "limit (File too large)"), lines
+    assert not (run_dir / "policy.pt2").exists() and leftovers(run_dir) == []
+
 
 def test_a_run_directory_without_room_is_refused_before_anything_is_written(tmp_path):
     """Less room than the run's config files take: one message before Hydra writes its own
