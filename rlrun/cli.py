@@ -341,6 +341,10 @@ def _exit_promptly(code: int) -> NoReturn:
     run's garbage is collected here first, so its finalisers still run; only what lives
     until exit anyway (modules) is frozen and left to the OS.
     """
+    # The run is closed and its line printed: a Ctrl-C now could only raise inside a finaliser
+    # that the collection runs ("Exception ignored ... KeyboardInterrupt") or turn 130 into a
+    # death by the signal. The exit takes about a second.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.collect()
     gc.freeze()
     sys.exit(code)
