@@ -189,6 +189,8 @@ def test_a_second_ctrl_c_raises_stop_now_and_a_third_is_the_default(monkeypatch)
         def request_stop(self, reason: str) -> None:
             self.reasons.append(reason)
 
+    original = signal.getsignal(signal.SIGINT)  # pytest's (or an xdist worker's): put back at the end
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in `python -m rlrun`
     trainer = Trainer()
     previous = signals.install_stop_handlers(trainer)
     try:
@@ -210,4 +212,4 @@ def test_a_second_ctrl_c_raises_stop_now_and_a_third_is_the_default(monkeypatch)
         assert signal.getsignal(signal.SIGINT) is previous[signal.SIGINT]  # it takes the next press
         signals.restore_handlers(previous)
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, original)
