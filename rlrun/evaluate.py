@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from rlrun.checkpoint import atomic_write_text
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
 from rlrun.trainer.builtins import EVAL_SEED_OFFSET
 from rlrun.trainer.evaluation import Evaluator
@@ -84,7 +85,7 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
               "episodes": len(returns), "seed": seed, "deterministic": deterministic,
               "frames": state["frames"], "checkpoint": str(file), "videos": videos}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    atomic_write_text(out, json.dumps(result, indent=2), key="out")
     return {**result, "json": str(out)}
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlrun.checkpoint import atomic_write
 from rlrun.errors import ConfigError, RlrunError
 from rlrun.use import LoadedPolicy, find_checkpoint, load
 
@@ -46,8 +47,7 @@ def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             program = torch.export.export(pi, (example_batch(pi),), dynamic_shapes=({0: batch},))
-        torch.export.save(program, out)
-        return out
+        return atomic_write(out, lambda f: torch.export.save(program, f), key="--out")  # full disk: one line
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +125,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
     write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(cfg)})
-    config_file = run_dir / "config.yaml"
-    config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if resume["run_id"] is None:
         logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.log_artifact(config_file)
@@ -180,6 +178,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             # the policy alone (config + weights), so that a remote tracking server holds the model
             logger.log_artifact(write_policy_file(run_dir, cfg, policy, trainer.frames))
             status = "KILLED" if trainer.interrupted else "FINISHED"
+    except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
+        status = "KILLED"
+        raise
     finally:
         restore_handlers(previous)
         progress.close()
@@ -194,14 +195,16 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                                             if stats.recent_returns else None),
             "mlflow_run_id": logger.run_id, "run_dir": str(run_dir),
         }
-        _write_json(run_dir / "summary.json", summary)
-        if status != "FAILED":
-            logger.log_artifact(run_dir / "summary.json")
-        if status == "DIVERGED":
-            logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
-        logger.finish({"DIVERGED": "FAILED"}.get(status, status))
-        collector.shutdown()  # worker processes, if any: never left behind
-        run.close()
+        try:
+            _write_json(run_dir / "summary.json", summary)
+            if status != "FAILED":
+                logger.log_artifact(run_dir / "summary.json")
+            if status == "DIVERGED":
+                logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
+            logger.finish({"DIVERGED": "FAILED"}.get(status, status))
+        finally:  # even when a full disk fails the summary: worker processes are never left behind
+            collector.shutdown()
+            run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
     return summary
@@ -280,6 +283,4 @@ def _restore(state: dict, run: Run, path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+    checkpoint.atomic_write_text(path, json.dumps(data, indent=2, default=str))

@@ -103,7 +103,6 @@ def read_tracking(run_dir: Path) -> dict[str, Any]:
 
 
 def write_tracking(run_dir: Path, info: dict[str, Any]) -> None:
-    path = Path(run_dir) / TRACKING_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, path)
+    from rlrun.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
+
+    atomic_write_text(Path(run_dir) / TRACKING_FILE, json.dumps(info, indent=2))

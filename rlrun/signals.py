@@ -5,8 +5,17 @@ summary, then hands the signal to the handler that was installed before
 rlrun's (submitit's requeue handler under SLURM, see ``rlrun.launch.signals``),
 and the command exits with ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM),
 printing one line. Python's own Ctrl-C handler is not chained: it would raise a
-``KeyboardInterrupt`` and print a traceback after the checkpoint is safe. A
-second signal restores the previous handler, so a second Ctrl-C stops at once.
+``KeyboardInterrupt`` and print a traceback after the checkpoint is safe.
+
+A second Ctrl-C stops at once: rlrun's handler raises ``StopNow`` (a
+``KeyboardInterrupt``) wherever the main thread is, the run records itself as
+interrupted without a checkpoint of the batch in progress (the last one stays),
+shuts its workers down, and the command prints one line and exits 130; a third
+press ends the process by the signal itself. Putting Python's own handler back
+after the first press instead made the run record ``failed``. Other signals
+(and a Ctrl-C under a launcher's handler) hand their second delivery to the
+handler that was there before: SIGTERM's default ends the process, submitit's
+requeues.
 """
 
 from __future__ import annotations
@@ -18,6 +27,14 @@ from typing import Any, Protocol
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
                      if hasattr(signal, n))
 REASON_PREFIX = "signal "
+
+
+class StopNow(KeyboardInterrupt):
+    """A second Ctrl-C: stop at once, without a checkpoint of the batch in progress."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class Stoppable(Protocol):
@@ -39,15 +56,22 @@ def install_stop_handlers(trainer: Stoppable) -> dict[int, Any]:
         ``chain_signal_handler``. Outside the main thread nothing is installed.
     """
     previous: dict[int, Any] = {}
+    received: set[int] = set()
 
     def handler(signum: int, frame: Any) -> None:
+        own_ctrl_c = signum == signal.SIGINT and not _chains_to(previous.get(signum))
+        if signum in received and own_ctrl_c:
+            signal.signal(signum, signal.SIG_DFL)  # a third press ends the process by the signal itself
+            raise StopNow(signum)
+        received.add(signum)
         name = signal.Signals(signum).name
         trainer.request_stop(stop_reason(signum))
         trainer.stop_signal = signum
         print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint "
               f"({'press Ctrl-C again' if signum == signal.SIGINT else 'signal again'} to stop at once)",
               file=sys.stderr, flush=True)
-        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        if not own_ctrl_c:  # a launcher's handler (or SIGTERM's default) takes the next delivery
+            signal.signal(signum, previous.get(signum, signal.SIG_DFL))
 
     for sig in STOP_SIGNALS:
         try:
@@ -55,6 +79,11 @@ def install_stop_handlers(trainer: Stoppable) -> dict[int, Any]:
         except ValueError:  # not in the main thread (e.g. some launchers)
             pass
     return previous
+
+
+def _chains_to(handler: Any) -> bool:
+    """Whether ``handler`` is someone's own (a launcher's), not Python's Ctrl-C handler or a default."""
+    return callable(handler) and handler is not signal.default_int_handler
 
 
 def restore_handlers(previous: dict[int, Any]) -> None:
@@ -71,7 +100,7 @@ def chain_signal_handler(previous: dict[int, Any], signum: int | None) -> None:
     ``exit_code``.
     """
     handler = previous.get(signum) if signum is not None else None
-    if callable(handler) and handler is not signal.default_int_handler:
+    if _chains_to(handler):
         handler(signum, None)
 
 

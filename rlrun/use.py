@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -308,11 +306,7 @@ def _sub_env(env: Any) -> gym.Env:
 def write_policy_file(run_dir: Path, cfg: DictConfig, policy: nn.Module, frames: int) -> Path:
     """Writes ``<run_dir>/policy.pt`` (config + policy state, a few hundred kB) atomically."""
     exploration = policy.exploration.state_dict() if policy.exploration is not None else None
-    path = Path(run_dir) / POLICY_FILE
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{POLICY_FILE}.tmp")
-    with os.fdopen(fd, "wb") as f:
-        torch.save({"policy_format": POLICY_FORMAT, "config": OmegaConf.to_yaml(cfg, resolve=True),
-                    "policy": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
-                    "exploration": exploration, "frames": int(frames)}, f)
-    os.replace(tmp, path)
-    return path
+    state = {"policy_format": POLICY_FORMAT, "config": OmegaConf.to_yaml(cfg, resolve=True),
+             "policy": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
+             "exploration": exploration, "frames": int(frames)}
+    return checkpoint.atomic_write(Path(run_dir) / POLICY_FILE, lambda f: torch.save(state, f))

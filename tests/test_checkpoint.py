@@ -213,3 +213,28 @@ def test_error_reason_keeps_the_reason_and_drops_the_advice():
     assert error_reason(ValueError("x" * 400)) == "x" * 300
     assert error_reason(EOFError()) == "empty or truncated file"
     assert error_reason(RuntimeError("Check the documentation of torch.load")) == "unreadable"
+
+
+@pytest.mark.parametrize("payload", ["reduce", "numpy"])
+def test_a_pickled_checkpoint_is_one_message_through_every_command(tmp_path, capsys, payload):
+    """``resume=<file>``, ``resume=<run dir>``, ``rlrun eval`` and ``rlrun export`` each refuse a
+    checkpoint that pickles objects: exit 2, one message (with its fix), no torch advice, and the
+    object's code never runs."""
+    from cli_utils import run_cli
+
+    sentinel = tmp_path / "pwned"
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    obj = _Touch(sentinel) if payload == "reduce" else np.zeros(3)
+    torch.save({"format_version": FORMAT_VERSION, "frames": 512, "payload": obj}, run_dir / "checkpoint.pt")
+    train = ["total_frames=512", "logger=none", "progress=false", "hydra.run.dir=new"]
+    for args in ([*train, f"resume={run_dir / 'checkpoint.pt'}"], [*train, f"resume={run_dir}"],
+                 ["eval", str(run_dir)], ["export", str(run_dir / "checkpoint.pt")]):
+        code, out, err = run_cli(args, tmp_path, capsys)
+        assert code == 2, (args, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 2 and lines[0].startswith("rlrun: error: ") and lines[1].startswith("  fix: ")
+        assert str(run_dir / "checkpoint.pt") in lines[0], lines
+        for advice in ("Traceback", "weights_only", "Weights only", "safe_globals", "pytorch.org", "Please"):
+            assert advice not in err, (args, err)
+    assert not sentinel.exists()
