@@ -170,3 +170,28 @@ def test_export_to_an_unwritable_place_is_one_line(trained, tmp_path, capsys):
     assert code == 2, err
     one_error(err)
     assert "--out" in err
+
+
+@pytest.mark.parametrize("where", ["config.yaml", "best.yaml"])
+def test_rerunning_a_best_trial_never_builds_a_target_from_the_sweep(trained, tmp_path, capsys, where):
+    """``python -m rlrun.launch best DIR`` trains the config a sweep directory names: a sweep copied
+    from elsewhere is data, so a ``_target_`` in its config.yaml (or in best.yaml) is refused."""
+    from rlrun.launch.__main__ import main as launch_main
+
+    marker = tmp_path / "PWNED"
+    cfg = OmegaConf.load(trained / "config.yaml")
+    best = {"trial": 0, "value": 1.0, "params": {}, "study_name": "s", "metric": "eval/episode_return",
+            "run_dirs": [str(trained)], "config": str(tmp_path / "config.yaml")}
+    node = hostile_targets(marker)["os.system"]
+    if where == "config.yaml":
+        OmegaConf.update(cfg, "model", node, merge=False)
+    else:
+        best["params"] = {"lr": node}
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    OmegaConf.save(OmegaConf.create(best), tmp_path / "best.yaml")
+    code = launch_main(["best", str(tmp_path), "total_frames=256", "logger=none"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    one_error("\n".join(line for line in err.splitlines() if not line.startswith("[rlrun]")))
+    assert "_target_" in err and "trust" in err
+    assert not marker.exists() and not list(tmp_path.rglob("checkpoint.pt"))
