@@ -58,3 +58,25 @@ def test_out_of_range_values_are_refused_naming_the_key(tmp_path, capsys, overri
     assert code == 2, err
     assert err.startswith(f"rlrun: error: {key}:") and "Traceback" not in err
     assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+def test_report_group_by_an_unknown_key_names_the_valid_ones(tmp_path, capsys):
+    """``--group-by nonsense`` grouped every run into one '(unset)' cell and exited 0."""
+    from mlflow.tracking import MlflowClient
+
+    from rlrun.report.cli import main as report_main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("rlrun", artifact_location=(tmp_path / "mlruns").as_uri())
+    run = client.create_run(exp, tags={"algo": "ppo", "seed": "0"})
+    client.log_param(run.info.run_id, "loss.clip_epsilon", "0.2")
+    client.log_metric(run.info.run_id, "eval/episode_return", 10.0, step=100)
+    client.set_terminated(run.info.run_id)
+    capsys.readouterr()
+    assert report_main(["--tracking-uri", uri, "--group-by", "nonsense"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlrun: error: --group-by 'nonsense'") and len(err.splitlines()) == 1, err
+    assert "algo" in err and "loss.clip_epsilon" in err
+    for ok in ("algo", "params.loss.clip_epsilon", "tags.algo,config_hash"):
+        assert report_main(["--tracking-uri", uri, "--group-by", ok, "--no-plots"]) == 0, ok
