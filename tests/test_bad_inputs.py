@@ -80,3 +80,17 @@ def test_report_group_by_an_unknown_key_names_the_valid_ones(tmp_path, capsys):
     assert "algo" in err and "loss.clip_epsilon" in err
     for ok in ("algo", "params.loss.clip_epsilon", "tags.algo,config_hash"):
         assert report_main(["--tracking-uri", uri, "--group-by", ok, "--no-plots"]) == 0, ok
+
+
+def test_building_a_mujoco_env_prints_nothing_of_gymnasiums(tmp_path):
+    """gymnasium's "Box low's precision lowered" warning reached stderr before rlrun's own lines
+    (``rlrun algo=td3 env=halfcheetah``); run in a fresh process so that pytest does not catch it."""
+    pytest.importorskip("mujoco")
+    import subprocess
+    import sys
+
+    code = "from rlrun.envs.gym import GymVecEnv; GymVecEnv('HalfCheetah-v5', 1).close()"
+    proc = subprocess.run([sys.executable, "-W", "always", "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "precision" not in proc.stderr, proc.stderr

@@ -26,6 +26,7 @@ import functools
 import importlib
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -73,7 +74,12 @@ def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[
 def _to_float32(env: gym.Env) -> gym.Env:
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
-        return gym.wrappers.DtypeObservation(env, np.float32)
+        # Casting the bounds to float32 is the point of this wrapper (the networks run in float32),
+        # so gymnasium's "Box low's/high's precision lowered" warning says nothing the user can act
+        # on; it reached stderr before rlrun's own output on every MuJoCo env (issue 25 §6).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*precision lowered by casting to float32")
+            return gym.wrappers.DtypeObservation(env, np.float32)
     return env
 
 
