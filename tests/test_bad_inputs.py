@@ -94,3 +94,38 @@ def test_building_a_mujoco_env_prints_nothing_of_gymnasiums(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "precision" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("override, key, named", [
+    ("+env.make_kwargs.foo=1", "env.make_kwargs.foo", "sutton_barto_reward"),         # a TypeError in the env
+    ("env=pendulum algo=sac +env.make_kwargs.gravity=1", "env.make_kwargs.gravity", "g"),
+    ("+env.make_kwargs.max_episode_steps=5", "env.make_kwargs.max_episode_steps", "env.max_episode_steps"),
+])
+def test_env_constructor_keywords_are_checked_before_anything_is_built(tmp_path, capsys, override, key,
+                                                                       named):
+    code, _, err = run_cli([*override.split(), "logger=none"], tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith(f"rlrun: error: {key}:") and "Traceback" not in err and "TypeError" not in err
+    assert named in err.splitlines()[-1]
+    assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+def test_env_constructor_keywords_it_takes_still_work(tmp_path, capsys):
+    code, _, err = run_cli(["env=pendulum", "algo=sac", "+env.make_kwargs.g=9.0", "total_frames=64",
+                            "collector.init_random_frames=32", "collector.frames_per_batch=32",
+                            "eval.episodes=1", "logger=none", "progress=false"], tmp_path, capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("override, key", [
+    ("env.num_envs=100000000", "env.num_envs"),                         # allocated until killed
+    ("algo=mappo env=vmas/navigation env.num_envs=1000000000", "env.num_envs"),
+    ("env=pong env.num_envs=1000000", "env.num_envs"),
+    ("env=pendulum algo=sac buffer.capacity=100000000000", "buffer.capacity"),
+    ("collector.frames_per_batch=100000000000 total_frames=100000000000", "collector.frames_per_batch"),
+])
+def test_sizes_that_cannot_fit_in_memory_are_refused_with_the_figures(tmp_path, capsys, override, key):
+    code, _, err = run_cli([*override.split(), "logger=none", "device=cpu"], tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith(f"rlrun: error: {key}: the run would hold at least") and "available" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2

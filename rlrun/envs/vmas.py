@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import PositiveInt, register
+from rlrun.registry import Footprint, PositiveInt, register
 
 # The paper's Q-learning runs (Table 10) used "VMAS's default discretization: 5 actions
 # (up, down, left, right, stay)": VMAS before 1.4 mapped a Discrete(5) action to
@@ -254,7 +254,16 @@ class VmasEnv:
             viewer.close()
 
 
-@register("env", "vmas")
+def _footprint(options: dict, key: str) -> Footprint:
+    """What the batched sub-envs hold (``registry.register(check=...)``): lower bounds, since a
+    scenario's observation size is known only once it is made (a position and a velocity each)."""
+    agents = int(options["n_agents"])
+    return Footprint(count=int(options["num_envs"]), count_key=f"{key}.num_envs",
+                     each_bytes=agents * 4 * 4 * 4,  # per agent entity: position, velocity, force, torque
+                     transition_bytes=agents * (2 * 4 * 4 + 4 * 2))
+
+
+@register("env", "vmas", check=_footprint)
 def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3,
                   max_steps: PositiveInt | None = 100, continuous_actions: bool = True,
                   discrete_actions: int = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
