@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import sys
 import warnings
 from collections.abc import Callable
-import inspect
 from dataclasses import dataclass
 from typing import Any, Literal
 
