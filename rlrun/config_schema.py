@@ -11,6 +11,7 @@ to a section or a factory is checked by construction.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -126,6 +127,7 @@ def validate_sections(cfg: DictConfig | dict) -> None:
     Component sections are checked against their factories' signatures
     without building anything; the others against ``RunConfig``.
     """
+    check_deletions(cfg, deleted_keys())
     if isinstance(cfg, DictConfig):
         if OmegaConf.is_missing(cfg, "total_frames"):
             raise ConfigError("is not set", key="total_frames", fix="e.g. total_frames=100000")
@@ -146,6 +148,80 @@ def validate_sections(cfg: DictConfig | dict) -> None:
         raise unresolved[0]
     if isinstance(footprints.get("env"), Footprint) and cfg.get("dataset") is None:
         check_memory(cfg, footprints["env"])
+
+
+def deleted_keys() -> list[str]:
+    """The keys this Hydra job's command line deletes (``~optim.lr``, ``~optim.lr=3e-4``)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return []
+        task = list(HydraConfig.get().overrides.task)
+    except Exception:  # not run by Hydra (rlrun.train, a loaded config): nothing was deleted
+        return []
+    return [o[1:].partition("=")[0] for o in task if o.startswith("~")]
+
+
+def check_deletions(cfg: DictConfig | dict, deleted: list[str]) -> None:
+    """Refuses deleting a key that then falls back to a default in code (a factory's signature or
+    the schema below): ``~optim.lr`` silently trained with Adam's own 1e-3 instead of the preset's
+    value. Deleting a section or a hook (``~hooks.x``) stays allowed: nothing falls back."""
+    for key in deleted:
+        found, default, owner = _code_default(cfg, key)
+        if found:
+            raise ConfigError(f"deleting it does not unset it: the run would silently use {owner}'s "
+                              f"default {default!r} instead of the preset's value", key=key,
+                              fix=f"set it instead, e.g. {key}={_yaml_value(default)}")
+
+
+def _yaml_value(v: Any) -> str:
+    """``v`` as written on the command line: null, true, [64,64], 0.0003."""
+    if v is None or isinstance(v, bool):
+        return {None: "null", True: "true", False: "false"}[v]
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_yaml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _code_default(cfg: DictConfig | dict, key: str) -> tuple[bool, Any, str]:
+    """``(True, default, owner)`` when ``key`` is an option whose default lives in code."""
+    parts = key.split(".")
+    section = parts[0]
+    if section in COMPONENT_SECTIONS or section == "hooks":
+        depth = 3 if section == "hooks" else 2
+        if len(parts) != depth:
+            return False, None, ""
+        node_key = ".".join(parts[:-1])
+        node = OmegaConf.select(cfg, node_key) if OmegaConf.is_config(cfg) else None
+        if node is None and not OmegaConf.is_config(cfg):
+            node = cfg.get(parts[0], {}) if depth == 2 else (cfg.get("hooks") or {}).get(parts[1])
+        if not isinstance(node, (dict, DictConfig)):
+            return False, None, ""
+        node = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else dict(node)
+        kind = "hook" if section == "hooks" else COMPONENT_SECTIONS[section]
+        try:
+            factory, _ = resolve_factory(kind, node, node_key)
+            param = inspect.signature(factory).parameters.get(parts[-1])
+        except (ConfigError, TypeError, ValueError):
+            return False, None, ""
+        if param is None or param.default is param.empty:
+            return False, None, ""
+        return True, param.default, f"{node_key} {node.get('name') or node.get('_target_')}"
+    schema: Any = RunConfig
+    for i, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(schema)}
+        if part not in fields:
+            return False, None, ""
+        f = fields[part]
+        nested = _section_type(typing.get_type_hints(schema, include_extras=True)[part])
+        if nested is not None and i < len(parts) - 1:
+            schema = nested
+            continue
+        if i < len(parts) - 1 or nested is not None or f.default is dataclasses.MISSING:
+            return False, None, ""
+        return True, f.default, "rlrun"
+    return False, None, ""
 
 
 def _resolve(cfg: DictConfig) -> tuple[dict, list[ConfigError]]:

@@ -203,6 +203,10 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
                               fix=SUPPLIED_FIX.get(k, f"remove {key}.{k}: rlrun supplies it"))
     kwargs = check_kwargs(factory, node, key, hidden=set(supplied))
     kwargs.update(supplied)
+    for name, p in params.items():  # a required option deleted from the config (~key): say which
+        required = p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if required and name not in kwargs:
+            raise ConfigError("is required but not set", key=f"{key}.{name}", fix=f"set {key}.{name}=...")
     return factory(**kwargs)
 
 

@@ -129,3 +129,22 @@ def test_sizes_that_cannot_fit_in_memory_are_refused_with_the_figures(tmp_path, 
     assert code == 2, err
     assert err.startswith(f"rlrun: error: {key}: the run would hold at least") and "available" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+
+
+@pytest.mark.parametrize("override, key, default", [
+    ("~optim.lr", "optim.lr", "optim.lr=0.0003"),                     # trained on Adam's own default
+    ("algo=sac env=pendulum ~loss.tau", "loss.tau", "loss.tau="),
+    ("~model.hidden", "model.hidden", "model.hidden=[64,64]"),
+    ("~collector.frames_per_batch", "collector.frames_per_batch", None),  # no default: required
+    ("~trainer.epochs_per_batch", "trainer.epochs_per_batch", "trainer.epochs_per_batch=1"),
+    ("~eval.max_envs", "eval.max_envs", "eval.max_envs=10"),
+])
+def test_deleting_a_key_that_falls_back_to_a_default_in_code_is_refused(tmp_path, capsys, override, key,
+                                                                        default):
+    code, _, err = run_cli([*override.split(), "total_frames=2048", "eval.episodes=1", "logger=none",
+                            "progress=false"], tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith(f"rlrun: error: {key}:") and "Traceback" not in err, err
+    if default:
+        assert default in err
+    assert not list(tmp_path.rglob("checkpoint.pt"))
