@@ -284,6 +284,8 @@ NonNegativeInt = Annotated[int, Range(ge=0)]
 PositiveFloat = Annotated[float, Range(gt=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
 Fraction = Annotated[float, Range(ge=0, le=1)]
+# A soft target-update rate (polyak tau): 1 copies the online network, 0 would never move it.
+Rate = Annotated[float, Range(gt=0, le=1)]
 
 
 def _num(x: float) -> str:

@@ -27,7 +27,7 @@ final observation is returned in ``next_obs``, as ``GymVecEnv`` does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -266,7 +266,7 @@ def _footprint(options: dict, key: str) -> Footprint:
 @register("env", "vmas", check=_footprint)
 def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3,
                   max_steps: PositiveInt | None = 100, continuous_actions: bool = True,
-                  discrete_actions: int = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
+                  discrete_actions: Literal[5, 9] = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
                   scenario_kwargs: dict | None = None) -> VmasEnv:
     """A VMAS scenario (``id``: navigation, balance, sampling, ...) as one agent group, batched in torch.
 
