@@ -242,3 +242,13 @@ def test_deleting_a_key_that_falls_back_to_a_default_in_code_is_refused(tmp_path
     if default:
         assert default in err
     assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+def test_a_vmas_scenario_option_the_scenario_does_not_use_is_refused(tmp_path, capsys):
+    """VMAS scenarios take **kwargs and only warned about an unused one (a typo ran the default)."""
+    pytest.importorskip("vmas")
+    code, _, err = run_cli(["algo=mappo", "env=vmas/navigation", "+env.scenario_kwargs.foo=1", "logger=none"],
+                           tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith("rlrun: error: env.scenario_kwargs.foo:") and "Traceback" not in err, err
+    assert not list(tmp_path.rglob("checkpoint.pt"))

@@ -26,6 +26,7 @@ final observation is returned in ``next_obs``, as ``GymVecEnv`` does.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -133,12 +134,25 @@ class VmasEnv:
             names = [*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios]
             if scenario not in names:
                 raise ConfigError(f"VMAS has no scenario {scenario!r}.{did_you_mean(scenario, names)}",
-                                  key="env.scenario",
+                                  key="env.id",
                                   fix="use a VMAS scenario name, e.g. navigation, balance, sampling")
-        self.env = vmas.make_env(scenario, num_envs=num_envs, device=device,
-                                 continuous_actions=continuous_actions, max_steps=max_steps, seed=seed,
-                                 terminated_truncated=True, clamp_actions=False, n_agents=n_agents,
-                                 **scenario_kwargs)
+        # VMAS scenarios read their options from **kwargs, so no signature says which exist; VMAS
+        # only warns about the ones a scenario did not use. A config's unused scenario_kwargs key
+        # is a typo that would silently run the scenario's default: refuse it, naming the key.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.env = vmas.make_env(scenario, num_envs=num_envs, device=device,
+                                     continuous_actions=continuous_actions, max_steps=max_steps, seed=seed,
+                                     terminated_truncated=True, clamp_actions=False, n_agents=n_agents,
+                                     **scenario_kwargs)
+        for w in caught:
+            text = str(w.message)
+            unused = [k for k in scenario_kwargs if "not used by the scenario" in text and repr(k) in text]
+            if unused:
+                raise ConfigError(f"VMAS scenario {scenario!r} does not use the option {unused[0]!r}",
+                                  key=f"env.scenario_kwargs.{unused[0]}",
+                                  fix="remove it (see the scenario's make_world in vmas/scenarios)")
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.scenario, self.num_envs = scenario, num_envs
         self.device = torch.device(device)
         self.continuous = continuous_actions
@@ -167,7 +181,7 @@ class VmasEnv:
         act_spaces = {repr(s) for s in self.env.action_space}
         if len(obs_shapes) != 1 or len(act_spaces) != 1:
             raise ConfigError(f"scenario {self.scenario!r} has agents with different observation or "
-                              f"action spaces ({obs_shapes}, {act_spaces})", key="env.scenario",
+                              f"action spaces ({obs_shapes}, {act_spaces})", key="env.id",
                               fix="use a scenario whose agents are alike (one agent group)")
         obs_shape = obs_shapes.pop()
         space = self.env.action_space[0]
