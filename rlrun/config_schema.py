@@ -352,7 +352,10 @@ def check_memory(cfg: dict, env: Footprint, available: int | None = None) -> Non
     else:
         found = terms(12 + _SCALAR_BYTES)  # one float observation and action: the least a step holds
         if sum(b for _, b in found.values()) > available // 8:  # worth a look at the env's real sizes
-            found = terms(env.transition_bytes() + _SCALAR_BYTES)
+            try:
+                found = terms(env.transition_bytes() + _SCALAR_BYTES)
+            except Exception:  # the env cannot be made here (a missing extra): building it says why
+                pass
     total = sum(b for _, b in found.values())
     if total <= available:
         return
