@@ -56,16 +56,51 @@ _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
 _loaded = False
 
 
-def register(kind: str, name: str) -> Callable[[Callable], Callable]:
-    """Decorator registering ``factory`` as ``kind/name``."""
+def register(kind: str, name: str, check: Callable[[dict, str], Any] | None = None
+             ) -> Callable[[Callable], Callable]:
+    """Decorator registering ``factory`` as ``kind/name``.
+
+    ``check(options, key)``, if given, runs when the config is checked (before anything is
+    built) with the node's options over the factory's defaults: it raises ``ConfigError`` for
+    what a signature cannot say (an env constructor's keywords) and may return a ``Footprint``.
+    """
     if kind not in _REGISTRY:
         raise ValueError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
 
     def deco(factory: Callable) -> Callable:
         _REGISTRY[kind][name] = Entry(kind, name, factory)
+        if check is not None:
+            factory.config_check = check
         return factory
 
     return deco
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a component's copies hold in memory, for the config-time memory check.
+
+    Attributes:
+        count: Number of copies (sub-envs), set by ``count_key``.
+        each_bytes: Lower bound of one copy's own memory.
+        transition_bytes: Bytes of one stored transition of one copy (observation, next
+            observation, action); or a callable computing them, when that means making one env.
+    """
+
+    count: int
+    count_key: str
+    each_bytes: int
+    transition_bytes: int | Callable[[], int]
+
+
+def run_check(factory: Callable, node: dict, key: str) -> Any:
+    """Runs the factory's registered config check on ``node`` (over its defaults), if it has one."""
+    check = getattr(factory, "config_check", None)
+    if check is None:
+        return None
+    defaults = {n: p.default for n, p in inspect.signature(factory).parameters.items()
+                if p.default is not p.empty}
+    return check({**defaults, **node}, key)
 
 
 def _load_all() -> None:
@@ -168,6 +203,10 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
                               fix=SUPPLIED_FIX.get(k, f"remove {key}.{k}: rlrun supplies it"))
     kwargs = check_kwargs(factory, node, key, hidden=set(supplied))
     kwargs.update(supplied)
+    for name, p in params.items():  # a required option deleted from the config (~key): say which
+        required = p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if required and name not in kwargs:
+            raise ConfigError("is required but not set", key=f"{key}.{name}", fix=f"set {key}.{name}=...")
     return factory(**kwargs)
 
 
@@ -245,6 +284,8 @@ NonNegativeInt = Annotated[int, Range(ge=0)]
 PositiveFloat = Annotated[float, Range(gt=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
 Fraction = Annotated[float, Range(ge=0, le=1)]
+# A soft target-update rate (polyak tau): 1 copies the online network, 0 would never move it.
+Rate = Annotated[float, Range(gt=0, le=1)]
 
 
 def _num(x: float) -> str:

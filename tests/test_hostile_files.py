@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from cli_utils import only_run_dir, run_cli
@@ -170,3 +171,126 @@ def test_export_to_an_unwritable_place_is_one_line(trained, tmp_path, capsys):
     assert code == 2, err
     one_error(err)
     assert "--out" in err
+
+
+@pytest.mark.parametrize("where", ["config.yaml", "best.yaml"])
+def test_rerunning_a_best_trial_never_builds_a_target_from_the_sweep(trained, tmp_path, capsys, where):
+    """``python -m rlrun.launch best DIR`` trains the config a sweep directory names: a sweep copied
+    from elsewhere is data, so a ``_target_`` in its config.yaml (or in best.yaml) is refused."""
+    from rlrun.launch.__main__ import main as launch_main
+
+    marker = tmp_path / "PWNED"
+    cfg = OmegaConf.load(trained / "config.yaml")
+    best = {"trial": 0, "value": 1.0, "params": {}, "study_name": "s", "metric": "eval/episode_return",
+            "run_dirs": [str(trained)], "config": str(tmp_path / "config.yaml")}
+    node = hostile_targets(marker)["os.system"]
+    if where == "config.yaml":
+        OmegaConf.update(cfg, "model", node, merge=False)
+    else:
+        best["params"] = {"lr": node}
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    OmegaConf.save(OmegaConf.create(best), tmp_path / "best.yaml")
+    code = launch_main(["best", str(tmp_path), "total_frames=256", "logger=none"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    one_error("\n".join(line for line in err.splitlines() if not line.startswith("[rlrun]")))
+    assert "_target_" in err and "trust" in err
+    assert not marker.exists() and not list(tmp_path.rglob("checkpoint.pt"))
+
+
+# -- datasets: metadata.json and main_data.hdf5 are data ------------------------------------------
+
+DATASET = "test/pendulum/hostile-v0"
+
+
+@pytest.fixture
+def dataset_root(tmp_path):
+    from dataset_fakes import random_dataset
+
+    root = tmp_path / "datasets"
+    random_dataset("Pendulum-v1", DATASET, root, episodes=2, max_steps=20)
+    return root
+
+
+def _edit_metadata(root: Path, edit) -> None:
+    import json
+
+    path = root / DATASET / "data" / "metadata.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(meta)))
+
+
+def _space(**fields) -> str:
+    import json
+
+    return json.dumps({"type": "Box", "dtype": "float32", "shape": [3], "low": -1.0, "high": 1.0, **fields})
+
+
+def _hostile_spec(marker: Path) -> str:
+    import json
+
+    return json.dumps({"id": "Pendulum-v1", "entry_point": "os:system",
+                       "kwargs": {"command": f"touch {marker}"},
+                       "additional_wrappers": [{"name": "x", "entry_point": "subprocess:call",
+                                                "kwargs": {"args": ["touch", str(marker)]}}]})
+
+
+HOSTILE_METADATA = {
+    "huge shape": lambda m: {**m, "observation_space": _space(shape=[10**12])},  # allocated the bounds
+    "object dtype": lambda m: {**m, "observation_space": _space(dtype="object")},
+    "not a space": lambda m: {**m, "action_space": {"type": "Box"}},
+    "discrete n as text": lambda m: {**m, "action_space": '{"type": "Discrete", "n": "5"}'},
+    "episodes as text": lambda m: {**m, "total_episodes": "many"},
+    "negative steps": lambda m: {**m, "total_steps": -1},
+    "not an object": lambda m: [m],
+    "env_spec not text": lambda m: {**m, "env_spec": {"entry_point": "os:system"}},
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_METADATA))
+def test_a_hostile_dataset_metadata_is_one_line_and_nothing_runs(dataset_root, tmp_path, case):
+    from rlrun.datasets.minari_format import list_datasets, read_dataset
+
+    marker = tmp_path / "PWNED"
+    _edit_metadata(dataset_root, lambda m: HOSTILE_METADATA[case]({**m, "env_spec": _hostile_spec(marker)}))
+    for read in (lambda: read_dataset(DATASET, dataset_root), lambda: list_datasets(dataset_root)):
+        with pytest.raises(ConfigError) as err:
+            read()
+        assert err.value.key == "dataset" and "\n" not in err.value.message, err.value.message
+    assert not marker.exists()
+
+
+def test_a_dataset_env_spec_entry_point_is_never_imported(dataset_root, tmp_path):
+    """The env_spec is kept as text: only its id is read; the run's env config builds the env."""
+    from rlrun.datasets.minari_format import list_datasets, read_dataset
+    from rlrun.sources import recorded_env_id
+
+    marker = tmp_path / "PWNED"
+    _edit_metadata(dataset_root, lambda m: {**m, "env_spec": _hostile_spec(marker)})
+    data = read_dataset(DATASET, dataset_root)
+    assert recorded_env_id(data.metadata) == "Pendulum-v1" and len(list_datasets(dataset_root)) == 1
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not hdf5", "wrong shape"])
+def test_a_damaged_dataset_file_is_one_line_and_exit_2(dataset_root, tmp_path, capsys, damage):
+    import h5py
+
+    path = dataset_root / DATASET / "data" / "main_data.hdf5"
+    if damage == "truncated":  # a download or copy cut short (OSError from h5py before)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "not hdf5":
+        path.write_bytes(b"<html>404</html>")
+    else:
+        with h5py.File(path, "r+") as f:
+            del f["episode_0/observations"]
+            f["episode_0"].create_dataset("observations", data=np.zeros((21, 5), np.float32))
+    code, _, err = run_cli(["algo=iql", "env=pendulum", f"dataset={DATASET}", f"dataset_root={dataset_root}",
+                            "total_updates=10", "logger=none", "progress=false"], tmp_path, capsys)
+    assert code == 2, err
+    one_error(err)
+    assert "dataset:" in err and "main_data.hdf5" in err
+    code, _, err = run_cli(["dataset", "list", f"root={dataset_root}"], tmp_path, capsys)
+    if damage != "wrong shape":  # listing reads only the rewards
+        assert code == 2, err
+        one_error(err)

@@ -13,7 +13,7 @@ from torch import Tensor
 from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import NonNegativeFloat, register
 
 
 @register("loss", "a2c")
@@ -26,7 +26,8 @@ class A2CLoss(Loss):
     on_policy = True
     reads = ("observation", "action", "advantage", "value_target")
 
-    def __init__(self, policy: Policy, entropy_coef: float = 0.0, critic_coef: float = 0.5,
+    def __init__(self, policy: Policy, entropy_coef: NonNegativeFloat = 0.0,
+                 critic_coef: NonNegativeFloat = 0.5,
                  normalize_advantage: bool = False):
         super().__init__(policy)
         if policy.critic is None:

@@ -31,7 +31,7 @@ from rlrun.contracts import Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import NonNegativeFloat, PositiveFloat, PositiveInt, Rate, register
 
 
 @register("loss", "cql")
@@ -62,10 +62,12 @@ class CQLLoss(Loss):
     has_targets = True
     learns_from = ("dataset",)
 
-    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: float = 0.005,
-                 init_alpha: float = 1.0, target_entropy: float | None = None,
-                 learn_alpha: bool = True, cql_alpha: float = 5.0, n_actions: int = 10, temp: float = 1.0,
-                 lagrange: bool = False, target_action_gap: float = 10.0, backup_entropy: bool = False):
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: Rate = 0.005,
+                 init_alpha: PositiveFloat = 1.0, target_entropy: float | None = None,
+                 learn_alpha: bool = True, cql_alpha: NonNegativeFloat = 5.0, n_actions: PositiveInt = 10,
+                 temp: PositiveFloat = 1.0,
+                 lagrange: bool = False, target_action_gap: NonNegativeFloat = 10.0,
+                 backup_entropy: bool = False):
         super().__init__(policy)
         self.action_dim = action_dim = spec.action_dim
         self.gamma, self.tau = gamma, tau

@@ -16,7 +16,7 @@ from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import Rate, register
 
 
 @register("loss", "dqn")
@@ -37,7 +37,7 @@ class DQNLoss(Loss):
     learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
     def __init__(self, policy: Policy, gamma: float, double: bool = True, loss: str = "huber",
-                 tau: float = 1.0):
+                 tau: Rate = 1.0):
         super().__init__(policy)
         if loss not in ("huber", "l2"):
             raise ConfigError(f"unknown loss {loss!r}", key="loss.loss", fix="use huber or l2")

@@ -16,7 +16,7 @@ set by ``rlrun.sources.normalize_from_dataset`` and saved with the policy).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from tensordict import TensorDict
@@ -28,7 +28,7 @@ from rlrun.errors import ConfigError
 from rlrun.modules.networks import Hidden, ObservationNormalizer
 from rlrun.modules.transformer import Activation, DecisionTransformer, DTLoss, ODTLoss, RollingContext
 from rlrun.policy import Policy
-from rlrun.registry import PositiveInt, register
+from rlrun.registry import PositiveFloat, PositiveInt, Range, register
 
 SLICE_KEYS = ("return_to_go", "observation", "action", "timestep", "mask")
 
@@ -108,11 +108,13 @@ class DTPolicy(Policy):
 
 
 @register("model", "dt")
-def decision_transformer(spec: EnvSpec, hidden: PositiveInt = 128, n_layers: int = 3, n_heads: int = 1,
-                         max_timestep: int = 1000, dropout: float = 0.1, head: str = "deterministic",
+def decision_transformer(spec: EnvSpec, hidden: PositiveInt = 128, n_layers: PositiveInt = 3,
+                         n_heads: PositiveInt = 1,
+                         max_timestep: PositiveInt = 1000,
+                         dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1, head: str = "deterministic",
                          activation: Activation = "relu", head_hidden: Hidden = (),
-                         eval_context: int = 20,
-                         target_return: float = 0.0, rtg_scale: float = 1.0,
+                         eval_context: PositiveInt = 20,
+                         target_return: float = 0.0, rtg_scale: PositiveFloat = 1.0,
                          normalize_observations: bool = True) -> DTPolicy:
     """A Decision Transformer policy (``head``: deterministic for DT, tanh_normal for online DT).
 
@@ -175,7 +177,8 @@ def unit_actions(data: Any) -> Tensor:
 
 
 @register("buffer", "trajectory_slices")
-def trajectory_slices(data: Any, batch_size: int = 64, slice_len: int = 20, rtg_scale: float = 1.0,
+def trajectory_slices(data: Any, batch_size: PositiveInt = 64, slice_len: PositiveInt = 20,
+                      rtg_scale: PositiveFloat = 1.0,
                       seed: int = 0, device: str = "cpu") -> DatasetSlices:
     """Slices of ``slice_len`` steps of the run's dataset, episodes drawn in proportion to length.
 
@@ -250,7 +253,7 @@ class ODTActionLoss(_SliceLoss):
 
     learns_from = ("dataset",)
 
-    def __init__(self, policy: DTPolicy, spec: EnvSpec, gamma: float, init_temperature: float = 0.1,
+    def __init__(self, policy: DTPolicy, spec: EnvSpec, gamma: float, init_temperature: PositiveFloat = 0.1,
                  target_entropy: float | None = None):
         _check_policy(policy, "tanh_normal", "odt")
         if not init_temperature > 0:

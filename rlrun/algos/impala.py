@@ -20,7 +20,7 @@ from rlrun.errors import ConfigError
 from rlrun.objectives.gae import warm_up
 from rlrun.objectives.vtrace import vtrace
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
 from rlrun.trainer.hooks import IO, Hook
 
 
@@ -41,7 +41,8 @@ class IMPALALoss(Loss):
     on_policy = True  # each batch is learnt from once, as it arrives; V-trace handles the lag
     reads = ("observation", "action", "advantage", "value_target")
 
-    def __init__(self, policy: Policy, entropy_coef: float = 0.01, critic_coef: float = 0.5):
+    def __init__(self, policy: Policy, entropy_coef: NonNegativeFloat = 0.01,
+                 critic_coef: NonNegativeFloat = 0.5):
         super().__init__(policy)
         if policy.critic is None:
             raise ConfigError("IMPALA needs a value critic", key="model.name",
@@ -78,7 +79,8 @@ class VTrace(Hook):
         lmbda: Extra trace discount (1 in the paper).
     """
 
-    def __init__(self, gamma: float, rho_bar: float = 1.0, c_bar: float = 1.0, lmbda: float = 1.0):
+    def __init__(self, gamma: float, rho_bar: PositiveFloat = 1.0, c_bar: PositiveFloat = 1.0,
+                 lmbda: Fraction = 1.0):
         if rho_bar < c_bar:
             raise ConfigError(f"V-trace needs rho_bar >= c_bar, got {rho_bar} < {c_bar}",
                               key="hooks.vtrace.rho_bar", fix="raise rho_bar or lower c_bar")

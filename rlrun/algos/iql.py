@@ -17,6 +17,7 @@ new V; here all three read the same V, as single-pass implementations do.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from tensordict import TensorDict
@@ -27,7 +28,7 @@ from rlrun.envs.gym import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Activation, Hidden, ValueCritic, mlp, polyak_update, target_copy
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import PositiveFloat, Range, Rate, register
 
 
 def expectile_loss(diff: Tensor, expectile: float) -> Tensor:
@@ -79,8 +80,9 @@ class IQLLoss(Loss):
     learns_from = ("dataset",)
 
     def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, value_hidden: Hidden = (256, 256),
-                 activation: Activation = "relu", tau: float = 0.005, expectile: float = 0.7,
-                 beta: float = 3.0, max_weight: float = 100.0):
+                 activation: Activation = "relu", tau: Rate = 0.005, expectile: Annotated[float, Range(gt=0,
+                 lt=1)] = 0.7,
+                 beta: PositiveFloat = 3.0, max_weight: PositiveFloat = 100.0):
         super().__init__(policy)
         if not 0.0 < expectile < 1.0:
             raise ConfigError(f"must be in (0, 1), got {expectile}", key="loss.expectile",

@@ -28,7 +28,7 @@ from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.objectives.gae import warm_up
 from rlrun.objectives.multiagent_gae import multiagent_gae
-from rlrun.registry import Fraction, PositiveFloat, register
+from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
 from rlrun.trainer.hooks import IO, Hook
 
 AGENTS = "agents"
@@ -62,8 +62,9 @@ class GroupPPOLoss(Loss):
     reads = ("agents.observation", "agents.action", "agents.sample_log_prob", "agents.advantage",
              "agents.value_target")
 
-    def __init__(self, policy: GroupPolicy, clip_epsilon: PositiveFloat = 0.2, entropy_coef: float = 0.0,
-                 critic_coef: float = 1.0, normalize_advantage: bool = True):
+    def __init__(self, policy: GroupPolicy, clip_epsilon: PositiveFloat = 0.2,
+                 entropy_coef: NonNegativeFloat = 0.0,
+                 critic_coef: NonNegativeFloat = 1.0, normalize_advantage: bool = True):
         super().__init__(_group_policy(policy, "marl_ppo"))
         self.ppo = MultiAgentPPOLoss(policy.actor, policy.critic, clip_epsilon, entropy_coef, critic_coef,
                                      normalize_advantage)
@@ -188,7 +189,7 @@ class MultiAgentGAE(Hook):
         every_epoch: Recompute with the updated critic before every epoch.
     """
 
-    def __init__(self, gamma: float, lmbda: float = 0.9, every_epoch: bool = True):
+    def __init__(self, gamma: float, lmbda: Fraction = 0.9, every_epoch: bool = True):
         self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
         self._done_for: int | None = None
         warm_up()

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlrun.contracts import Loss
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import NonNegativeFloat, PositiveFloat, register
 from rlrun.trainer.hooks import Hook
 
 
@@ -39,8 +39,9 @@ class PPOKLLoss(Loss):
     on_policy = True
     reads = ("observation", "action", "sample_log_prob", "advantage", "value_target")
 
-    def __init__(self, policy: Policy, kl_target: float = 0.01, init_kl_coef: float = 1.0,
-                 entropy_coef: float = 0.0, critic_coef: float = 0.5, normalize_advantage: bool = True):
+    def __init__(self, policy: Policy, kl_target: PositiveFloat = 0.01, init_kl_coef: NonNegativeFloat = 1.0,
+                 entropy_coef: NonNegativeFloat = 0.0, critic_coef: NonNegativeFloat = 0.5,
+                 normalize_advantage: bool = True):
         super().__init__(policy)
         self.kl_target, self.kl_coef = kl_target, init_kl_coef
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef

@@ -21,7 +21,7 @@ from rlrun.contracts import Loss
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import PositiveFloat, Rate, register
 
 
 @contextmanager
@@ -56,8 +56,8 @@ class SACLoss(Loss):
     has_targets = True
     learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
-    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: float = 0.005,
-                 init_alpha: float = 1.0, target_entropy: float | None = None,
+    def __init__(self, policy: Policy, spec: EnvSpec, gamma: float, tau: Rate = 0.005,
+                 init_alpha: PositiveFloat = 1.0, target_entropy: float | None = None,
                  learn_alpha: bool = True):
         super().__init__(policy)
         self.gamma, self.tau = gamma, tau

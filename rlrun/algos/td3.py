@@ -20,7 +20,7 @@ from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import NonNegativeFloat, PositiveInt, Rate, register
 
 
 @register("loss", "td3")
@@ -47,8 +47,8 @@ class TD3Loss(Loss):
     has_targets = True
     learns_from = ("collector", "dataset")  # off-policy: a dataset serves as a fixed replay
 
-    def __init__(self, policy: Policy, gamma: float, tau: float = 0.005, policy_delay: int = 2,
-                 target_noise: float = 0.2, noise_clip: float = 0.5):
+    def __init__(self, policy: Policy, gamma: float, tau: Rate = 0.005, policy_delay: PositiveInt = 2,
+                 target_noise: NonNegativeFloat = 0.2, noise_clip: NonNegativeFloat = 0.5):
         super().__init__(policy)
         if policy.head != "deterministic":
             raise ConfigError(f"{type(self).__name__[:-4]} needs a deterministic actor",
@@ -112,7 +112,7 @@ class DDPGLoss(TD3Loss):
     TD3 without its three changes: one critic, no delay, no target smoothing.
     """
 
-    def __init__(self, policy: Policy, gamma: float, tau: float = 0.005):
+    def __init__(self, policy: Policy, gamma: float, tau: Rate = 0.005):
         super().__init__(policy, gamma, tau, policy_delay=1, target_noise=0.0)
         if len(policy.critic.weights[0]) != 1:
             raise ConfigError("DDPG uses one Q network", key="model.num_q", fix="set model.num_q=1")

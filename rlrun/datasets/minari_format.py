@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -169,16 +170,96 @@ def serialize_space(space: gym.Space) -> str:
                       key="dataset", fix="flatten the observations (gymnasium.wrappers.FlattenObservation)")
 
 
-def deserialize_space(text: str) -> gym.Space:
-    """Inverse of ``serialize_space``."""
-    d = json.loads(text)
+# What a metadata.json may declare: a space larger than this (elements of one observation or
+# action), or a count larger than MAX_COUNT, is not a dataset rlrun could hold.
+MAX_SPACE_ELEMENTS = 10**7
+MAX_COUNT = 10**12
+_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+           "uint32", "uint64", "bool")
+
+
+def _bad_metadata(what: str, source: str) -> ConfigError:
+    return ConfigError(f"{source}: {what}", key="dataset",
+                       fix="remake the dataset (`rlrun dataset make`) or download it again")
+
+
+def deserialize_space(text: str, source: str = "metadata.json") -> gym.Space:
+    """Inverse of ``serialize_space``; every field is checked as data (type, dtype, size) first.
+
+    Raises:
+        ConfigError: naming ``source`` and the field, for anything but a sane Box or Discrete.
+    """
+    try:
+        d = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        d = None
+    if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+        raise _bad_metadata(f"a space is not minari's JSON of a Box or Discrete ({str(text)[:60]!r})", source)
     if d["type"] == "Box":
-        return gym.spaces.Box(np.asarray(d["low"], d["dtype"]), np.asarray(d["high"], d["dtype"]),
-                              tuple(d["shape"]), np.dtype(d["dtype"]))
+        shape, dtype = d.get("shape"), d.get("dtype")
+        if (not isinstance(shape, list) or not all(type(n) is int and 0 <= n for n in shape)
+                or len(shape) > 8 or math.prod(shape) > MAX_SPACE_ELEMENTS):
+            raise _bad_metadata(f"Box shape {str(shape)[:60]} is not a list of at most 8 sizes with "
+                                f"<= {MAX_SPACE_ELEMENTS} elements in all", source)
+        if dtype not in _DTYPES:
+            raise _bad_metadata(f"Box dtype {str(dtype)[:40]!r} is not one of {', '.join(_DTYPES)}", source)
+        try:
+            low, high = (np.asarray(d[k], dtype) for k in ("low", "high"))
+            if low.size > MAX_SPACE_ELEMENTS or high.size > MAX_SPACE_ELEMENTS:
+                raise ValueError("too many bounds")
+            return gym.spaces.Box(np.broadcast_to(low, shape).copy(), np.broadcast_to(high, shape).copy(),
+                                  tuple(shape), np.dtype(dtype))
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
+            raise _bad_metadata(f"Box bounds do not fit shape {shape} and dtype {dtype} ({err})", source
+                                ) from None
     if d["type"] == "Discrete":
-        return gym.spaces.Discrete(d["n"], start=d.get("start", 0))
-    raise ConfigError(f"dataset space of type {d['type']} is not supported", key="dataset",
+        n, start = d.get("n"), d.get("start", 0)
+        if type(n) is not int or not 0 < n <= 2**31 or type(start) is not int or abs(start) > 2**31:
+            raise _bad_metadata(f"Discrete n={str(n)[:20]}, start={str(start)[:20]} are not integers "
+                                f"(0 < n <= 2^31)", source)
+        return gym.spaces.Discrete(n, start=start)
+    raise ConfigError(f"dataset space of type {d['type'][:40]} is not supported", key="dataset",
                       fix="use a dataset with Box or Discrete observation and action spaces")
+
+
+# The fields rlrun reads from metadata.json and what each must be; the rest is kept unread.
+# ``env_spec`` is kept as text and only its ``id`` is read (``sources.recorded_env_id``): its
+# entry point names a module that rlrun never imports (the run's own env config builds the env).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "total_episodes": (int,), "total_steps": (int,), "data_format": (str,), "dataset_id": (str,),
+    "observation_space": (str,), "action_space": (str,), "env_spec": (str, type(None)),
+    "algorithm_name": (str, type(None)), "author": (list, str, type(None)),
+    "ref_min_score": (int, float, type(None)), "ref_max_score": (int, float, type(None)),
+    "rlrun": (dict,),
+}
+
+
+def check_metadata(meta: Any, source: str) -> dict[str, Any]:
+    """``metadata.json``'s content as validated data: the fields rlrun reads have their types and
+    sane sizes, and both spaces deserialise; anything else is one ``ConfigError`` naming it."""
+    if not isinstance(meta, dict):
+        raise _bad_metadata("is not a JSON object", source)
+    for name in ("total_episodes", "total_steps", "observation_space", "action_space"):
+        if name not in meta:
+            raise _bad_metadata(f"has no {name}", source)
+    for name, types in _FIELDS.items():
+        if name in meta and (not isinstance(meta[name], types) or isinstance(meta[name], bool)):
+            raise _bad_metadata(f"{name} is {type(meta[name]).__name__} {str(meta[name])[:40]!r}, "
+                                f"not {' or '.join(t.__name__ for t in types)}", source)
+    for name in ("total_episodes", "total_steps"):
+        if not 0 <= meta[name] <= MAX_COUNT:
+            raise _bad_metadata(f"{name}={meta[name]} is not in 0..{MAX_COUNT}", source)
+    for name in ("ref_min_score", "ref_max_score"):
+        if meta.get(name) is not None and not math.isfinite(meta[name]):
+            raise _bad_metadata(f"{name}={meta[name]} is not a finite number", source)
+    if isinstance(meta.get("author"), list) and not all(isinstance(a, str) for a in meta["author"]):
+        raise _bad_metadata("author is not a list of strings", source)
+    for name in ("source", "sha256"):
+        if meta.get("rlrun", {}).get(name) is not None and not isinstance(meta["rlrun"][name], str):
+            raise _bad_metadata(f"rlrun.{name} is not a string", source)
+    for name in ("observation_space", "action_space"):
+        deserialize_space(meta[name], f"{source}: {name}")
+    return meta
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -350,7 +431,26 @@ def read_metadata(dataset_id: str, root: str | os.PathLike | None = None) -> dic
             f"no dataset {dataset_id!r} under {dataset_root(root)}"
             + (f" (found: {', '.join(known)})" if known else " (none found)"),
             key="dataset", fix="pick one of those, set MINARI_DATASETS_PATH, or run `rlrun dataset make`")
-    return json.loads(path.read_text())
+    return _load_metadata(path)
+
+
+def _load_metadata(path: Path) -> dict[str, Any]:
+    """A ``metadata.json`` read and checked as data (``check_metadata``)."""
+    try:
+        if path.stat().st_size > 64 * 2**20:  # minari's are kilobytes; a huge one is not metadata
+            raise _bad_metadata("is larger than 64 MB", str(path))
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise _bad_metadata(f"cannot be read as JSON ({str(err).splitlines()[0][:120]})", str(path)) from None
+    return check_metadata(meta, str(path))
+
+
+def _unreadable(path: Path, err: BaseException) -> ConfigError:
+    """A main_data.hdf5 that h5py cannot read (truncated, not HDF5, missing arrays), as one line."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+    return ConfigError(f"{path} cannot be read ({type(err).__name__}: {first})", key="dataset",
+                       fix="the file is damaged or incomplete: remake the dataset (`rlrun dataset make`) "
+                       "or download it again")
 
 
 def verify_checksum(dataset_id: str, root: str | os.PathLike | None = None) -> bool:
@@ -379,20 +479,31 @@ def read_dataset(dataset_id: str, root: str | os.PathLike | None = None,
     if meta.get("data_format", "hdf5") != "hdf5":
         raise ConfigError(f"dataset {dataset_id} is stored as {meta['data_format']}, not hdf5",
                           key="dataset", fix="convert it to minari's hdf5 format")
-    obs_space = deserialize_space(meta["observation_space"])
-    act_space = deserialize_space(meta["action_space"])
+    obs_space = deserialize_space(meta["observation_space"], "observation_space")
+    act_space = deserialize_space(meta["action_space"], "action_space")
     obs, nxt, act, rew, term, trunc, lengths = [], [], [], [], [], [], []
-    with h5py.File(dataset_path(dataset_id, root) / "data" / MAIN_FILE, "r") as f:
-        for key in _episode_keys(f):
-            g = f[key]
-            o = g["observations"][()]
-            obs.append(o[:-1])
-            nxt.append(o[1:])
-            act.append(g["actions"][()])
-            rew.append(g["rewards"][()].reshape(-1))
-            term.append(g["terminations"][()].reshape(-1))
-            trunc.append(g["truncations"][()].reshape(-1))
-            lengths.append(len(rew[-1]))
+    path = dataset_path(dataset_id, root) / "data" / MAIN_FILE
+    try:
+        with h5py.File(path, "r") as f:
+            for key in _episode_keys(f):
+                g = f[key]
+                o = g["observations"][()]
+                obs.append(o[:-1])
+                nxt.append(o[1:])
+                act.append(g["actions"][()])
+                rew.append(g["rewards"][()].reshape(-1))
+                term.append(g["terminations"][()].reshape(-1))
+                trunc.append(g["truncations"][()].reshape(-1))
+                lengths.append(len(rew[-1]))
+                if not len(o) - 1 == lengths[-1] == len(act[-1]) == len(term[-1]) == len(trunc[-1]):
+                    raise ValueError(f"{key}'s arrays disagree in length")
+                if o.shape[1:] != obs_space.shape or act[-1].shape[1:] != act_space.shape:
+                    raise ValueError(f"{key}'s observations {o.shape[1:]} or actions {act[-1].shape[1:]} "
+                                     f"are not of the spaces in {METADATA_FILE}")
+    except (OSError, KeyError, ValueError, TypeError) as err:  # truncated, not HDF5, wrong arrays
+        raise _unreadable(path, err) from None
+    if not lengths:
+        raise _unreadable(path, ValueError("no episode_<i> groups"))
     discrete = isinstance(act_space, gym.spaces.Discrete)
     length = torch.tensor(lengths, dtype=torch.int64)
     start = torch.cumsum(length, 0) - length
@@ -421,11 +532,14 @@ def list_datasets(root: str | os.PathLike | None = None, stats: bool = True) -> 
         directory = meta_path.parent.parent
         if any(part.startswith(".") for part in directory.relative_to(root).parts):
             continue  # a write in progress
-        meta = json.loads(meta_path.read_text())
+        meta = _load_metadata(meta_path)
         returns = np.full(1, np.nan)
         if stats:
-            with _h5py().File(meta_path.parent / MAIN_FILE, "r") as f:
-                returns = np.array([f[k]["rewards"][()].sum() for k in _episode_keys(f)])
+            try:
+                with _h5py().File(meta_path.parent / MAIN_FILE, "r") as f:
+                    returns = np.array([f[k]["rewards"][()].sum() for k in _episode_keys(f)] or [np.nan])
+            except (OSError, KeyError, ValueError, TypeError) as err:
+                raise _unreadable(meta_path.parent / MAIN_FILE, err) from None
         receipts = meta.get("rlrun", {})
         source = receipts.get("source") or meta.get("algorithm_name") or ", ".join(meta.get("author", []))
         out.append(DatasetInfo(meta.get("dataset_id", directory.relative_to(root).as_posix()),

@@ -37,7 +37,7 @@ import numpy as np
 
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
-from rlrun.registry import Fraction, NonNegativeInt, PositiveInt, register
+from rlrun.registry import Footprint, Fraction, NonNegativeInt, PositiveInt, register
 
 FIRE = 1  # ALE's action index of FIRE in every minimal action set that has it
 
@@ -132,7 +132,16 @@ def atari_wrappers(noop_max: int = 30, frame_skip: int = 4, screen_size: int = 8
     return wrappers
 
 
-@register("env", "atari")
+def _footprint(options: dict, key: str) -> Footprint:
+    """What the sub-envs and their stored frames hold (``registry.register(check=...)``)."""
+    frame = options["screen_size"] ** 2 * (1 if options["grayscale"] else 3)
+    return Footprint(count=int(options["num_envs"]), count_key=f"{key}.num_envs",
+                     # an ALE emulator and its wrappers' frame buffers: a lower bound per sub-env
+                     each_bytes=8 * 2**20 if options.get("vectorization") == "async" else 256 * 2**10,
+                     transition_bytes=2 * options["frame_stack"] * frame + 4)  # uint8 frames, an index
+
+
+@register("env", "atari", check=_footprint)
 def make_atari_env(
     id: str,
     num_envs: PositiveInt = 1,

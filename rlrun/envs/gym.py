@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,8 +37,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
-from rlrun.errors import ConfigError
-from rlrun.registry import PositiveFloat, PositiveInt, register
+from rlrun.errors import ConfigError, did_you_mean
+from rlrun.registry import Footprint, PositiveFloat, PositiveInt, register
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,12 @@ def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[
 def _to_float32(env: gym.Env) -> gym.Env:
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
-        return gym.wrappers.DtypeObservation(env, np.float32)
+        # Casting the bounds to float32 is the point of this wrapper (the networks run in float32),
+        # so gymnasium's "Box low's/high's precision lowered" warning says nothing the user can act
+        # on; it reached stderr before rlrun's own output on every MuJoCo env (issue 25 §6).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*precision lowered by casting to float32")
+            return gym.wrappers.DtypeObservation(env, np.float32)
     return env
 
 
@@ -133,6 +140,7 @@ class GymVecEnv:
             raise ConfigError(f"unknown vectorization {vectorization!r}", key="env.vectorization",
                               fix="use env.vectorization=sync or env.vectorization=async")
         _check_id(id)
+        check_make_kwargs(id, make_kwargs)  # here too: a custom id is registered only by now
         _quiet_mujoco(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
         if reward_clip not in (None, "sign"):
@@ -251,6 +259,79 @@ def _check_id(id: str) -> None:
         ) from None
 
 
+# gymnasium.make's own keywords (the rest go to the env's constructor), and rlrun's options that
+# make_vec is given itself: in make_kwargs they would clash ("got multiple values").
+_MAKE_KEYWORDS = ("disable_env_checker",)
+_RLRUN_OPTIONS = {"max_episode_steps": "env.max_episode_steps", "num_envs": "env.num_envs",
+                  "vectorization_mode": "env.vectorization", "wrappers": None, "vector_kwargs": None}
+
+
+def env_keywords(id: str) -> list[str] | None:
+    """The keywords ``gymnasium.make(id, **kw)`` accepts: the constructor's (the spec's entry
+    point) and make's own; None when the entry point takes ``**kwargs`` (anything goes)."""
+    spec = gym.spec(id.rpartition(":")[2])
+    entry = spec.entry_point
+    if isinstance(entry, str):  # "package.module:Attr": the module gymnasium.make imports anyway
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    try:
+        params = inspect.signature(entry).parameters
+    except (TypeError, ValueError):  # a builtin or C constructor: nothing to check against
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted({n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL} | set(_MAKE_KEYWORDS))
+
+
+def check_make_kwargs(id: str, make_kwargs: dict | None, key: str = "env.make_kwargs") -> None:
+    """Refuses a ``make_kwargs`` key the env's constructor does not take (it was a TypeError from
+    inside the first sub-env), naming the keywords it does take."""
+    if not make_kwargs:
+        return
+    for name in make_kwargs:
+        if name in _RLRUN_OPTIONS:
+            where = _RLRUN_OPTIONS[name]
+            raise ConfigError("is an option of rlrun's env, not of the env's constructor",
+                              key=f"{key}.{name}",
+                              fix=f"set {where}=... instead" if where else f"remove {key}.{name}")
+    try:
+        accepted = env_keywords(id)
+    except (gym.error.Error, ImportError, AttributeError):
+        return  # an unknown id or a missing extra: _check_id and make report it, naming env.id
+    if accepted is None:
+        return
+    for name in make_kwargs:
+        if name not in accepted:
+            raise ConfigError(f"{id} does not take the keyword {name!r}.{did_you_mean(str(name), accepted)}",
+                              key=f"{key}.{name}",
+                              fix=f"remove it; {id} takes: {', '.join(accepted) or 'no keywords'}")
+
+
+def _check_options(options: dict, key: str) -> Footprint:
+    """The config-time check of a gym env node (``registry.register(check=...)``): its
+    ``make_kwargs`` against the constructor, and what its sub-envs hold in memory."""
+    if not str(options["id"]).rpartition(":")[0]:  # a module:id registers its envs when built
+        check_make_kwargs(options["id"], options.get("make_kwargs"), f"{key}.make_kwargs")
+    return Footprint(
+        count=int(options["num_envs"]), count_key=f"{key}.num_envs",
+        # a sync sub-env holds ~2.7 KB of Python objects (CartPole, tracemalloc); an async one is
+        # a process (~50 MB resident): lower bounds, so that only an impossible run is refused
+        each_bytes=8 * 2**20 if options.get("vectorization") == "async" else 2048,
+        transition_bytes=lambda: _transition_bytes(options["id"], options.get("make_kwargs")))
+
+
+def _transition_bytes(id: str, make_kwargs: dict | None) -> int:
+    """Bytes of one stored transition (observation, next observation, action) of one env."""
+    env = gym.make(id, **(make_kwargs or {}))
+    try:
+        obs, act = env.observation_space, env.action_space
+        itemsize = 4 if obs.dtype == np.float64 else np.dtype(obs.dtype).itemsize  # cast to float32
+        act_bytes = int(np.prod(act.shape or (1,))) * 4
+        return 2 * int(np.prod(obs.shape or (1,))) * itemsize + act_bytes
+    finally:
+        env.close()
+
+
 def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(f"observation space {obs_space} is not a Box", key="env.id",
@@ -264,7 +345,7 @@ def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
                       fix="use an env with a Discrete or 1-D Box action space")
 
 
-@register("env", "gym")
+@register("env", "gym", check=_check_options)
 def make_gym_env(
     id: str,
     num_envs: PositiveInt = 1,

@@ -26,14 +26,15 @@ final observation is returned in ``next_obs``, as ``GymVecEnv`` does.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import PositiveInt, register
+from rlrun.registry import Footprint, PositiveInt, register
 
 # The paper's Q-learning runs (Table 10) used "VMAS's default discretization: 5 actions
 # (up, down, left, right, stay)": VMAS before 1.4 mapped a Discrete(5) action to
@@ -133,12 +134,25 @@ class VmasEnv:
             names = [*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios]
             if scenario not in names:
                 raise ConfigError(f"VMAS has no scenario {scenario!r}.{did_you_mean(scenario, names)}",
-                                  key="env.scenario",
+                                  key="env.id",
                                   fix="use a VMAS scenario name, e.g. navigation, balance, sampling")
-        self.env = vmas.make_env(scenario, num_envs=num_envs, device=device,
-                                 continuous_actions=continuous_actions, max_steps=max_steps, seed=seed,
-                                 terminated_truncated=True, clamp_actions=False, n_agents=n_agents,
-                                 **scenario_kwargs)
+        # VMAS scenarios read their options from **kwargs, so no signature says which exist; VMAS
+        # only warns about the ones a scenario did not use. A config's unused scenario_kwargs key
+        # is a typo that would silently run the scenario's default: refuse it, naming the key.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.env = vmas.make_env(scenario, num_envs=num_envs, device=device,
+                                     continuous_actions=continuous_actions, max_steps=max_steps, seed=seed,
+                                     terminated_truncated=True, clamp_actions=False, n_agents=n_agents,
+                                     **scenario_kwargs)
+        for w in caught:
+            text = str(w.message)
+            unused = [k for k in scenario_kwargs if "not used by the scenario" in text and repr(k) in text]
+            if unused:
+                raise ConfigError(f"VMAS scenario {scenario!r} does not use the option {unused[0]!r}",
+                                  key=f"env.scenario_kwargs.{unused[0]}",
+                                  fix="remove it (see the scenario's make_world in vmas/scenarios)")
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.scenario, self.num_envs = scenario, num_envs
         self.device = torch.device(device)
         self.continuous = continuous_actions
@@ -167,7 +181,7 @@ class VmasEnv:
         act_spaces = {repr(s) for s in self.env.action_space}
         if len(obs_shapes) != 1 or len(act_spaces) != 1:
             raise ConfigError(f"scenario {self.scenario!r} has agents with different observation or "
-                              f"action spaces ({obs_shapes}, {act_spaces})", key="env.scenario",
+                              f"action spaces ({obs_shapes}, {act_spaces})", key="env.id",
                               fix="use a scenario whose agents are alike (one agent group)")
         obs_shape = obs_shapes.pop()
         space = self.env.action_space[0]
@@ -254,10 +268,19 @@ class VmasEnv:
             viewer.close()
 
 
-@register("env", "vmas")
+def _footprint(options: dict, key: str) -> Footprint:
+    """What the batched sub-envs hold (``registry.register(check=...)``): lower bounds, since a
+    scenario's observation size is known only once it is made (a position and a velocity each)."""
+    agents = int(options["n_agents"])
+    return Footprint(count=int(options["num_envs"]), count_key=f"{key}.num_envs",
+                     each_bytes=agents * 4 * 4 * 4,  # per agent entity: position, velocity, force, torque
+                     transition_bytes=agents * (2 * 4 * 4 + 4 * 2))
+
+
+@register("env", "vmas", check=_footprint)
 def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3,
                   max_steps: PositiveInt | None = 100, continuous_actions: bool = True,
-                  discrete_actions: int = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
+                  discrete_actions: Literal[5, 9] = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
                   scenario_kwargs: dict | None = None) -> VmasEnv:
     """A VMAS scenario (``id``: navigation, balance, sampling, ...) as one agent group, batched in torch.
 

@@ -1,7 +1,8 @@
 """``python -m rlrun.launch``: follow launched jobs, rerun a search's best trial.
 
     python -m rlrun.launch status SWEEP_DIR [--json]        one line per job (job.json + SLURM)
-    python -m rlrun.launch best STUDY_DIR [--seed N] [--run-dir DIR] [--dry-run] [key=value ...]
+    python -m rlrun.launch best STUDY_DIR [--seed N] [--run-dir DIR] [--dry-run] [--trust-code]
+                                                            [key=value ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     best.add_argument("--seed", type=int, default=None, help="default: the trial's first seed")
     best.add_argument("--run-dir", type=Path, default=None, help="default: <study_dir>/best/seed_<seed>")
     best.add_argument("--dry-run", action="store_true", help="print the config, do not train")
+    best.add_argument("--trust-code", action="store_true",
+                      help="accept _target_ (code) in the saved files; each import is printed first")
     args, extra = parser.parse_known_args(argv)  # key=value may come after options
     if extra and (args.command != "best" or any("=" not in e or e.startswith("-") for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -58,7 +61,8 @@ def _best(args: argparse.Namespace) -> int:
     from rlrun.launch.best import rerun_best
     from rlrun.signals import exit_code
 
-    summary = rerun_best(args.study_dir, args.overrides, args.seed, args.run_dir, args.dry_run)
+    summary = rerun_best(args.study_dir, args.overrides, args.seed, args.run_dir, args.dry_run,
+                         args.trust_code)
     if summary is None:
         return 0
     ret = summary.get("eval/episode_return")

@@ -25,7 +25,7 @@ from rlrun.errors import ConfigError
 from rlrun.modules.models import GreedyActor, QNetwork
 from rlrun.modules.networks import Actor, ValueCritic
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import PositiveInt, register
 
 
 def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
@@ -146,7 +146,7 @@ def _check(spec: EnvSpec, name: str) -> None:
 
 
 @register("model", "actor_critic_cnn")
-def actor_critic_cnn(spec: EnvSpec, features: int = 512, shared: bool = True) -> Policy:
+def actor_critic_cnn(spec: EnvSpec, features: PositiveInt = 512, shared: bool = True) -> Policy:
     """Nature-CNN actor (Categorical) and V critic sharing one trunk, for PPO/A2C on pixels."""
     _check(spec, "actor_critic_cnn")
     trunk = NatureCNN(spec.observation_shape, features)
@@ -155,7 +155,7 @@ def actor_critic_cnn(spec: EnvSpec, features: int = 512, shared: bool = True) ->
 
 
 @register("model", "qnet_cnn")
-def qnet_cnn(spec: EnvSpec, features: int = 512) -> Policy:
+def qnet_cnn(spec: EnvSpec, features: PositiveInt = 512) -> Policy:
     """Nature-DQN Q-network (``critic(obs) -> [*batch, n_actions]``) with a greedy policy, for DQN."""
     _check(spec, "qnet_cnn")
     trunk = NatureCNN(spec.observation_shape, features)

@@ -16,7 +16,7 @@ from rlrun.modules.networks import (
     mlp,
 )
 from rlrun.policy import Policy
-from rlrun.registry import register
+from rlrun.registry import PositiveInt, register
 
 
 def _obs_dim(spec: EnvSpec) -> int:
@@ -44,7 +44,7 @@ def actor_critic(spec: EnvSpec, hidden: Hidden = (64, 64), critic_hidden: Hidden
 @register("model", "actor_twin_q")
 def actor_twin_q(spec: EnvSpec, hidden: Hidden = (256, 256), critic_hidden: Hidden | None = None,
                  activation: Activation = "relu", head: str = "tanh_normal",
-                 normalize_observations: bool = False, num_q: int = 2) -> Policy:
+                 normalize_observations: bool = False, num_q: PositiveInt = 2) -> Policy:
     """MLP actor (TanhNormal or deterministic) and twin Q critic, for SAC/TD3/DDPG (num_q=1)."""
     if spec.discrete:
         raise ConfigError("actor_twin_q needs a continuous action space", key="model.name",

@@ -80,7 +80,28 @@ def make_report(args: argparse.Namespace) -> Report:
     if args.table:
         return build_table(runs, args.table, args.include_failed)
     keys = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
+    if keys:
+        check_group_keys(runs, keys)
     return build_grouped(runs, keys or None, args.include_failed)
+
+
+def check_group_keys(runs, keys: list[str]) -> None:
+    """Refuses a --group-by key that no selected run has as a tag or param (it would group every
+    run into one '(unset)' cell and exit 0); the error lists the keys the runs do have."""
+    tags = {k for t in runs["tags"] for k in t}
+    params = {k for p in runs["params"] for k in p}
+    known = {"config_hash", *tags, *params}
+    for key in keys:
+        if (key in known or (key.startswith("tags.") and key[5:] in tags)
+                or (key.startswith("params.") and key[7:] in params)):
+            continue
+        from rlrun.errors import did_you_mean
+
+        valid = sorted(known, key=lambda k: (k.count("."), k))
+        shown = ", ".join(valid[:25]) + (f" (+{len(valid) - 25} more)" if len(valid) > 25 else "")
+        raise ReportError(f"--group-by {key!r} is neither a tag nor a param of the selected runs."
+                          f"{did_you_mean(key, known)}",
+                          fix=f"use tag or param names (tags.X/params.X to choose), e.g. {shown}")
 
 
 def launch_hint(table: str) -> str:

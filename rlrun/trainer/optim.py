@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
+from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 from rlrun.trainer.lamb import Lamb
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "lamb": Lamb,
@@ -127,7 +127,7 @@ def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: Positive
                    lr_schedule: Literal["constant", "linear", "warmup"] = "constant",
                    eps: PositiveFloat = 1e-8,
                    weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None,
-                   warmup_steps: int = 0) -> OptimizerStep:
+                   warmup_steps: NonNegativeInt = 0) -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
 
     Registered as ``adam``, ``adamw``, ``lamb``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
