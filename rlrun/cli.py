@@ -133,7 +133,7 @@ def precheck(args: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
 
-    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as err:
@@ -146,7 +146,7 @@ def precheck(args: list[str]) -> None:
                               fix="config keys are short names: check the override (see `rlrun --cfg job`)")
     _check_writable(parsed, multirun=any(a in ("-m", "--multirun") for a in args))
     groups = config_groups()
-    group_overrides, value_overrides = [], []
+    group_overrides, value_overrides, edit_overrides = [], [], []
     for o in parsed:
         key = o.key_or_group
         if key.startswith("hydra") or o.package:
@@ -162,7 +162,9 @@ def precheck(args: list[str]) -> None:
                                       key=key, fix=f"use one of: {', '.join(groups[key])}")
             if not o.is_sweep_override():
                 group_overrides.append(o.input_line)
-        elif not (o.is_add() or o.is_delete() or o.is_force_add()):
+        elif o.is_add() or o.is_delete():
+            edit_overrides.append(o)
+        elif not o.is_force_add():
             value_overrides.append(o)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
@@ -178,6 +180,14 @@ def precheck(args: list[str]) -> None:
                 key=o.key_or_group,
                 fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
                 f"+{o.key_or_group}=...")
+    for o in edit_overrides:  # Hydra refuses these too, but in 4 lines and with exit 1
+        there = OmegaConf.select(cfg, o.key_or_group, default=_NOT_FOUND) is not _NOT_FOUND
+        if o.is_add() and there:
+            raise ConfigError("the key exists already, so it cannot be added with +", key=o.key_or_group,
+                              fix=f"drop the +: {o.key_or_group}=...")
+        if o.is_delete() and not there:
+            raise ConfigError("no such config key to delete", key=o.key_or_group,
+                              fix="check the key with `rlrun --cfg job`")
     for o in parsed:  # ${key} in a value must name a key, or Hydra fails with a traceback
         value = o.value() if not o.is_sweep_override() else None
         for ref in re.findall(r"\$\{([A-Za-z_][\w.]*)\}", value if isinstance(value, str) else ""):

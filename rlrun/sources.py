@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict
@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from rlrun.datasets.minari_format import OfflineData, read_dataset
 from rlrun.datasets.transitions import TransitionSampler, iql_reward_scale, observation_stats
 from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 
 
 class DatasetSource:
@@ -81,8 +81,9 @@ class DatasetTransitions(TransitionSampler):
 
 
 @register("buffer", "dataset")
-def dataset_transitions(data: OfflineData, batch_size: int = 256, seed: int = 0, device: str = "cpu",
-                        reward_scale: float | str = 1.0, reward_shift: float = 0.0) -> DatasetTransitions:
+def dataset_transitions(data: OfflineData, batch_size: PositiveInt = 256, seed: NonNegativeInt = 0,
+                        device: str = "cpu", reward_scale: PositiveFloat | Literal["iql"] = 1.0,
+                        reward_shift: float = 0.0) -> DatasetTransitions:
     """Uniform transition batches from the run's dataset (``dataset=<id>``).
 
     Args:

@@ -76,9 +76,6 @@ UNBOUNDED = {
     "collector/multi_async.frames_per_batch", "collector/multi_async.workers",
     "collector/multi_async.init_random_frames", "collector/multi_async.timeout_s",
     "collector/multi_async.rollouts_per_batch",
-    "buffer/dataset.batch_size", "buffer/dataset.reward_scale",                   # rlrun/sources.py
-    "hook/gae.lmbda", "hook/target_update.interval_updates",                      # rlrun/trainer/hooks.py
-    "hook/optuna_pruning.trial",                                                  # rlrun/launch/pruning.py
     "logger/tensorboard.flush_secs",                                              # rlrun/tracking.py
 }
 # Passed in by rlrun, never set in a component's node (checked at the top level: gamma, seed, ...).

@@ -33,6 +33,9 @@ BAD_INPUTS = [
     # unknown presets, components and keys (caught before Hydra composes, or by the registry)
     (["algo=foo"], ["algo: unknown algo 'foo'", "ppo", "sac"]),
     (["algo=ppoo"], ["Did you mean 'ppo'?"]),
+    # Hydra's own refusals of + and ~ (4 lines, exit 1) come as one line naming the key
+    (["+optim.lr=0.1"], ["optim.lr: the key exists already", "drop the +"]),
+    (["~optim.nothere"], ["optim.nothere: no such config key to delete"]),
     (["env=cartpol"], ["env: unknown env 'cartpol'", "Did you mean 'cartpole'?", "pendulum"]),
     (["buffer=fifo"], ["buffer: unknown buffer 'fifo'", "prioritized"]),
     (["loss.name=ppo2"], ["loss.name: unknown loss 'ppo2'", "Did you mean 'ppo'?", "rlrun list loss"]),
@@ -120,7 +123,7 @@ BAD_INPUTS = [
     (["algo=dqn", "exploration.eps_end=2"], ["exploration.eps_end: must be a number >= 0 and <= 1, got 2"]),
     (["gamma=abc"], ["gamma: must be a number >= 0 and <= 1, got 'abc'"]),
     (["gamma=1.5"], ["gamma: must be a number >= 0 and <= 1, got 1.5"]),
-    (["hooks.gae.lmbda=abc"], ["hooks.gae.lmbda: expected float, got 'abc'"]),
+    (["hooks.gae.lmbda=abc"], ["hooks.gae.lmbda: must be a number >= 0 and <= 1, got 'abc'"]),
     # files and directories
     (["resume={tmp}/empty.pt"], ["resume: checkpoint", "empty.pt is empty (0 bytes)", "delete"]),
     (["resume={tmp}/evil.pt"], ["resume: cannot read checkpoint", "getattr"]),

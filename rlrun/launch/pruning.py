@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlrun.registry import register
+from rlrun.registry import NonNegativeInt, register
 
 
 @register("hook", "optuna_pruning")
 def make_optuna_pruning(storage: str | None = None, study_name: str | None = None,
-                        trial: int | None = None, report: bool = True) -> Any:
+                        trial: NonNegativeInt | None = None, report: bool = True) -> Any:
     """Reports eval returns to an Optuna trial (+hpo=...) and stops the run if the trial is pruned."""
     from rlrun.launch.optuna_hook import OptunaPruning
 

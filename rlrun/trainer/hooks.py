@@ -23,7 +23,7 @@ from tensordict import TensorDict
 
 from rlrun.errors import ConfigError
 from rlrun.objectives.gae import gae, warm_up
-from rlrun.registry import register
+from rlrun.registry import Fraction, PositiveInt, register
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
                "post_loss", "post_optim", "post_steps", "post_steps_log", "post_eval")
@@ -160,7 +160,7 @@ class GAE(Hook):
         every_epoch: Recompute with the updated critic before every epoch.
     """
 
-    def __init__(self, gamma: float, lmbda: float = 0.95, every_epoch: bool = True):
+    def __init__(self, gamma: float, lmbda: Fraction = 0.95, every_epoch: bool = True):
         self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
         self._done_for: int | None = None
         warm_up()  # numba's import and kernel load (~1 s) happen at build time, not in the first batch
@@ -294,7 +294,7 @@ class TrainStats(Hook):
 
 
 @register("hook", "target_update")
-def make_target_update(loss, interval_updates: int = 1) -> TargetUpdate:
+def make_target_update(loss, interval_updates: PositiveInt = 1) -> TargetUpdate:
     """Moves the loss's target networks every ``interval_updates`` optimiser steps."""
     if not getattr(loss, "has_targets", False):
         raise ConfigError(f"the loss {type(loss).__name__} has no target networks",
