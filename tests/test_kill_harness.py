@@ -33,9 +33,9 @@ import pytest
 
 TOTAL = 2048
 DIRS = 4
-# hard bound on the whole harness (23 kills, 27 process starts: ~100 s of an idle 2-core box;
-# RLRUN_HARNESS_S raises it on a loaded one)
-HARNESS_S = float(os.environ.get("RLRUN_HARNESS_S", "600"))
+# hard bound on the whole harness (23 kills, 27 process starts; 643 s on a 2-core box at load 12,
+# less on an idle one (not measured here); RLRUN_HARNESS_S changes it)
+HARNESS_S = float(os.environ.get("RLRUN_HARNESS_S", "900"))
 
 
 def args(i: int) -> list[str]:
