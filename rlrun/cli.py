@@ -262,6 +262,11 @@ def run_tags(hc, cfg=None) -> dict[str, str]:
         tags["sweep"] = Path(hc.sweep.dir).name
         tags["job_num"] = str(hc.job.num)
         tags["overrides"] = hc.job.override_dirname
+        if cfg is not None and "logger" in cfg:  # under the sweep's parent run (rlrun.launch.sweep_group)
+            from rlrun.launch.sweep_group import job_tags
+
+            tags.update(job_tags(str(hc.sweep.dir), OmegaConf.to_container(cfg.logger, resolve=True),
+                                 hc.runtime.cwd))
     user, own = _git_commit(hc.runtime.cwd), _git_commit(Path(__file__).parent)
     if user:
         tags["git_commit"] = user

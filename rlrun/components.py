@@ -11,6 +11,7 @@ from rlrun import algos, collectors, collectors_marl, collectors_multi, explorat
 from rlrun.buffers import factory  # noqa: F401
 from rlrun.envs import atari, gym, vmas  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401
+from rlrun.loggers import wandb  # noqa: F401  (imports the wandb package only when logger=wandb is built)
 from rlrun.modules import cnn, group_models, models  # noqa: F401
 from rlrun.trainer import hooks, optim  # noqa: F401
 

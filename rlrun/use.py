@@ -256,7 +256,10 @@ def load(path: str | Path, device: str = "cpu", deterministic: bool = True,
     from rlrun.build import resolve_device
 
     state, cfg = read(path, trust_code)
-    policy, env = restore(cfg, state, resolve_device(device), trust_code=trust_code, vectorization="sync")
+    # the action map reads gymnasium's wrappers: a run on EnvPool loads the same env on gymnasium
+    backend = {"backend": "gymnasium"} if "backend" in cfg.env else {}
+    policy, env = restore(cfg, state, resolve_device(device), trust_code=trust_code, vectorization="sync",
+                          **backend)
     try:
         return LoadedPolicy(policy, ActionMap(_sub_env(env)), cfg, env.spec, state["frames"],
                             deterministic).to(resolve_device(device)).eval()

@@ -15,11 +15,18 @@ rlrun's ``atari`` env and ``actor_critic_cnn``.
 * ``bare+explore``: the bare loop calling ``actor.explore`` as its policy. It
   splits rlrun's gap into policy cost (bare+explore vs bare) and collector-loop
   cost (rlrun vs bare+explore).
+
+Env backends (``run_backends``, part of ``run`` when EnvPool is installed): rlrun's
+``SyncCollector`` over the same preset on ``env.backend=gymnasium`` and
+``env.backend=envpool``, paired in one process: HalfCheetah-v5 with ``actor_critic``
+and Breakout with ``actor_critic_cnn`` (the same actor object on both sides), and the
+same with uniform random actions (no network: the env alone).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -179,6 +186,79 @@ def bench_one(env_id: str, num_envs: int, vectorization: str, batches: int, reps
     }
 
 
+BACKEND_ENVS = {"HalfCheetah-v5": {"name": "gym", "id": "HalfCheetah-v5"},
+                "ALE/Breakout-v5": {"name": "atari", "id": "ALE/Breakout-v5", "fire_reset": True}}
+
+
+def bench_backends(env_id: str, num_envs: int, policy: str, batches: int, reps: int,
+                   frames_per_batch: int) -> dict:
+    """Interleaves ``SyncCollector`` on the gymnasium and EnvPool backends of one preset.
+
+    Args:
+        policy: ``actor`` (the preset's model, the same actor on both sides) or ``random``
+            (uniform random actions: ``init_random_frames`` covers every frame).
+    """
+    from rlrun.registry import build
+
+    node = {**BACKEND_ENVS[env_id], "num_envs": num_envs}
+    envs = {b: build("env", {**node, "backend": b}, key="env") for b in ("gymnasium", "envpool")}
+    torch.manual_seed(0)
+    actor = _make_actor(env_id, envs["gymnasium"])
+    random_frames = 2**62 if policy == "random" else 0
+    collectors = {b: SyncCollector(env, actor.explore, frames_per_batch, total_frames=2**62,
+                                   init_random_frames=random_frames, seed=0) for b, env in envs.items()}
+    # CPU seconds of the whole process (all threads: EnvPool's workers too) beside the wall clock:
+    # on a shared machine, the work per frame, which other processes' load does not stretch
+    cpu: dict[str, list[float]] = {b: [] for b in collectors}
+
+    def case(b: str) -> Callable[[], None]:
+        def collect() -> None:
+            start = time.process_time()
+            for _ in range(batches):
+                collectors[b].collect()
+            cpu[b].append(time.process_time() - start)
+        return collect
+
+    try:
+        times = interleave({b: case(b) for b in collectors}, reps)
+    finally:
+        for env in envs.values():
+            env.close()
+    cpu = {b: v[-reps:] for b, v in cpu.items()}  # the timed repetitions (not the warm-up)
+    frames = batches * frames_per_batch
+    r, r_cpu = ratio(times["gymnasium"], times["envpool"]), ratio(cpu["gymnasium"], cpu["envpool"])
+    return {"env": env_id, "num_envs": num_envs, "policy": policy, "frames_per_rep": frames, "reps": reps,
+            "fps_gymnasium": frames / median(times["gymnasium"]),
+            "fps_envpool": frames / median(times["envpool"]),
+            "ratio": r["median"], "ratio_min": r["min"], "ratio_max": r["max"],
+            "cpu_ratio": r_cpu["median"], "times_s": times, "cpu_s": cpu}
+
+
+def run_backends(quick: bool = False, reps: int | None = None) -> dict:
+    """The backend comparison: envpool/gymnasium frames/s ratios (above 1: EnvPool is faster)."""
+    try:
+        import envpool  # noqa: F401
+    except ImportError as err:
+        return {"rows": [], "notes": [f"Env backends skipped: {err} (pip install 'rlrun[envpool]')."]}
+    reps = max(3, reps or (3 if quick else 5))
+    rows, notes = [], []
+    for env_id in BACKEND_ENVS:
+        atari = env_id.startswith("ALE/")
+        for n in (1,) if quick else (1, 4):
+            for policy in ("actor", "random"):
+                # the CNN is slow on CPU: Breakout with the actor gets fewer frames
+                fpb = (100 if quick else 200) if atari and policy == "actor" else FRAMES_PER_BATCH
+                batches = 1 if atari or quick else 3
+                try:
+                    rows.append(bench_backends(env_id, n, policy, batches, reps, -(-fpb // n) * n))
+                except ImportError as err:  # the Atari stack is optional
+                    notes.append(f"{env_id} skipped: {err}")
+                    break
+                print(f"  backends {env_id} x{n} {policy}: envpool/gymnasium {rows[-1]['ratio']:.2f}",
+                      flush=True)
+    return {"rows": rows, "notes": notes}
+
+
 def run(quick: bool = False, reps: int | None = None) -> dict:
     """Runs every configuration; ``quick``: 1 sync env only, fewer frames and repetitions."""
     torch.set_num_threads(1)
@@ -194,7 +274,7 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
             notes.append(f"{env_id} x{n} {vec} failed: {err!r}")
             continue
         print(f"  collection {env_id} x{n} {vec}: ratio {rows[-1]['ratio']:.2f}", flush=True)
-    return {"rows": rows, "notes": notes}
+    return {"rows": rows, "notes": notes, "backends": run_backends(quick, reps)}
 
 
 def render(result: dict) -> str:
@@ -204,4 +284,16 @@ def render(result: dict) -> str:
             ("ratio", "rlrun/bare", ".2f"), ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f"),
             ("policy_ratio", "bare+explore/bare", ".2f"),
             ("ratio_vs_bare_explore", "rlrun/bare+explore", ".2f")]
-    return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])
+    out = "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])
+    return out + ("\n\n" + render_backends(result["backends"]) if "backends" in result else "")
+
+
+def render_backends(result: dict) -> str:
+    """The backend comparison as a Markdown table."""
+    cols = [("env", "env", "s"), ("num_envs", "envs", "d"), ("policy", "policy", "s"),
+            ("fps_gymnasium", "gymnasium fps", ".0f"), ("fps_envpool", "envpool fps", ".0f"),
+            ("ratio", "envpool/gymnasium", ".2f"), ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f"),
+            ("cpu_ratio", "CPU-time ratio", ".2f")]
+    title = "Env backends (SyncCollector, same policy; ratios: gymnasium time / envpool time):"
+    return "\n".join([title, table(result["rows"], cols),
+                      *(f"\n{n}" for n in result["notes"])])

@@ -103,7 +103,7 @@ def header() -> dict[str, Any]:
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),  # huge pages for large tensors
         "python": platform.python_version(),
         **{pkg: _version(pkg) for pkg in ("torch", "numpy", "gymnasium", "tensordict", "mujoco",
-                                          "numba", "ale-py")},
+                                          "numba", "ale-py", "envpool")},
     }
 
 

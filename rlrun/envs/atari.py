@@ -149,6 +149,7 @@ def make_atari_env(
     fire_reset: bool = False,
     reward_clip: Literal["sign"] | None = None,
     render_mode: str | None = None,
+    backend: Literal["gymnasium", "envpool"] = "gymnasium",
 ) -> AtariVecEnv:
     """An ALE game with DeepMind's preprocessing: uint8 [4, 84, 84] frames, 4 frames per step.
 
@@ -177,7 +178,15 @@ def make_atari_env(
         reward_clip: ``"sign"``: learning rewards clipped to {-1, 0, 1} (DeepMind's
             set-up, in every Atari preset); returns are logged unclipped.
         render_mode: gymnasium's render mode (``rgb_array`` for videos: ``rlrun.video``).
+        backend: ``envpool``: EnvPool's Atari envs and preprocessing (``rlrun.envs.envpool``);
+            a render mode (videos) keeps gymnasium, whose sub-envs the recorder wraps.
     """
+    if backend == "envpool" and render_mode is None:
+        from rlrun.envs.envpool import make_envpool_atari
+
+        return make_envpool_atari(id, num_envs, noop_max, frame_skip, screen_size, grayscale, frame_stack,
+                                  terminal_on_life_loss, max_episode_steps, repeat_action_probability,
+                                  full_action_space, fire_reset, reward_clip)
     try:
         import ale_py
         import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)

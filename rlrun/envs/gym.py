@@ -276,12 +276,20 @@ def make_gym_env(
     reward_clip: Literal["sign"] | None = None,
     reward_scale: PositiveFloat = 1.0,
     imports: list[str] | None = None,
+    backend: Literal["gymnasium", "envpool"] = "gymnasium",
 ) -> GymVecEnv:
     """A gymnasium env id as a vector env (sync or async), SAME_STEP autoreset.
 
     ``id`` may be ``module:EnvName-vN``; ``imports`` names modules to import first (those
     that register custom envs); ``make_kwargs`` go to the env's constructor.
+    ``backend=envpool``: the same env stepped by EnvPool (``rlrun.envs.envpool``); a render
+    mode (videos) keeps gymnasium, whose sub-envs the recorder wraps.
     """
+    if backend == "envpool" and "render_mode" not in (make_kwargs or {}):
+        from rlrun.envs.envpool import EnvPoolVecEnv
+
+        return EnvPoolVecEnv(id, num_envs, max_episode_steps, rescale_actions, clip_actions,
+                             make_kwargs, reward_clip, reward_scale)
     import_env_modules(imports)
     return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
                      clip_actions, None, make_kwargs, reward_clip, reward_scale)

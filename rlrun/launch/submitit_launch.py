@@ -83,20 +83,13 @@ def _summary_fields(run_dir: Path | None) -> dict[str, Any]:
 
 
 def prepare_tracking(logger: dict[str, Any]) -> None:
-    """Creates a job's SQLite MLflow store and experiment before parallel jobs race to (it fails)."""
-    if logger.get("name") != "mlflow":
-        return
-    root = Path(logger.get("root") or os.getcwd()).resolve()
-    uri = logger.get("tracking_uri") or f"sqlite:///{root / 'mlflow.db'}"
-    if not uri.startswith("sqlite"):
-        return  # a tracking server serialises its own schema set-up
-    from mlflow.tracking import MlflowClient
+    """Creates a job's SQLite MLflow store and experiment (``logger=mlflow`` or an MLflow member of
+    ``logger=multi``) before parallel jobs race to (it fails)."""
+    from rlrun.launch.sweep_group import mlflow_target, open_experiment
 
-    root.mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(uri)
-    name = logger.get("experiment") or "rlrun"
-    if client.get_experiment_by_name(name) is None:  # artifacts where rlrun.tracking puts them
-        client.create_experiment(name, artifact_location=(root / "mlruns").as_uri())
+    target = mlflow_target(logger)
+    if target is not None and target["tracking_uri"].startswith("sqlite"):
+        open_experiment(target)  # a tracking server serialises its own schema set-up
 
 
 class SubmititLauncher(BaseSubmititLauncher):

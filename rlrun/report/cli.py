@@ -3,9 +3,11 @@
     rlrun report                          # runs of ./mlflow.db, one cell per config
     rlrun report table1                   # the paper's table 1 from runs with paper.table=table1
     rlrun report table1 --format markdown # report/table.md + PNGs
+    rlrun report table1 --format html     # report/table1.html: one self-contained page
     rlrun report table2                   # offline: D4RL-normalised scores beside the paper's
     rlrun report figure2 --out report/    # the paper's Figure 2 (MARL on VMAS): curves + final table
     rlrun report --group-by algo,loss.clip_epsilon --filter "tags.sweep = 'clip'"
+    rlrun report --sweep runs/multirun/2026-01-01_12-00-00   # one sweep's jobs (or its parent run id)
     rlrun report --tracking-uri sqlite:///path/mlflow.db --experiment rlrun --format csv --out out/
 """
 
@@ -15,10 +17,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlrun.launch.sweep_group import PARENT_TAG, sweep_filter
 from rlrun.report.runs import ReportError, load_runs, normalize_uri
 from rlrun.report.table import TABLES, Report, build_grouped, build_table
 
-FORMATS = ("terminal", "markdown", "csv")
+FORMATS = ("terminal", "markdown", "csv", "html")
 DEFAULT_OUT = Path("report")
 
 
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment name(s) (default: every experiment in the store)")
     p.add_argument("--filter", metavar="STR",
                    help="MLflow search filter, e.g. \"tags.algo = 'sac' and params.seed != '3'\"")
+    p.add_argument("--sweep", metavar="SWEEP",
+                   help="only the jobs of one sweep: its MLflow parent run id, or its sweep directory "
+                   "(path or name, e.g. runs/multirun/2026-01-01_12-00-00)")
     p.add_argument("--group-by", metavar="KEYS",
                    help="comma-separated tag or param names, or config_hash (default: one cell per "
                    "config: all params but the seed and those that do not change the experiment); "
@@ -42,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-failed", action="store_true",
                    help="keep failed and diverged runs (left out by default)")
     p.add_argument("--format", default="terminal", metavar="FMT",
-                   help="terminal, markdown or csv; comma-separated for several (default: terminal)")
+                   help="terminal, markdown, csv or html (one self-contained page: tables, curves, "
+                   "provenance, rerun commands); comma-separated for several (default: terminal)")
     p.add_argument("--out", metavar="DIR", type=Path,
-                   help="write the table(s) and PNGs here (default: report/ for markdown or csv)")
+                   help="write the table(s) and PNGs here (default: report/ for markdown, csv or html)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     return p
 
@@ -59,6 +66,7 @@ def make_report(args: argparse.Namespace) -> Report:
     """Loads the runs that ``args`` select and builds the report; raises ReportError."""
     uri = normalize_uri(args.tracking_uri)
     runs = load_runs(uri, args.experiment, combine_filters(args.table, args.filter))
+    runs = runs[runs["tags"].map(lambda t: PARENT_TAG not in t).astype(bool)]  # sweeps' parents: no training
     if runs.empty:
         where = f"{uri}" + (f", experiment(s) {', '.join(args.experiment)}" if args.experiment else "")
         if args.table:
@@ -86,15 +94,16 @@ def launch_hint(table: str) -> str:
             f"`rlrun -m '+paper/{table}=glob(*)' seed=0,1,2,3,4`, or ")
 
 
-def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool) -> list[Path]:
-    """Prints/writes the formats; writes PNGs too when there is an output folder."""
+def write_outputs(report: Report, formats: list[str], out: Path | None, plots: bool, source: str = ""
+                  ) -> list[Path]:
+    """Prints/writes the formats; writes PNGs too when there is an output folder (``source``: the store)."""
     from rlrun.report import render
 
     written: list[Path] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     names, overview, comparisons = {}, None, {}
-    if out is not None and plots:
+    if out is not None and plots and set(formats) - {"html"}:  # the page inlines its own figures
         from rlrun.report.plots import write_plots
 
         names, overview, comparisons = write_plots(report, out)
@@ -112,6 +121,10 @@ def write_outputs(report: Report, formats: list[str], out: Path | None, plots: b
     if "csv" in formats:
         render.write_csv(report, out / "table.csv")
         written.append(out / "table.csv")
+    if "html" in formats:
+        from rlrun.report.page import write_table
+
+        written.append(write_table(report, out, source))
     return written
 
 
@@ -128,6 +141,8 @@ def main(argv: list[str]) -> int:
         return int(exit_.code or 0)
     if args.table is None and args.experiment and args.experiment[-1] in TABLES:
         args.table = args.experiment.pop()  # `--experiment NAME table1`: nargs="+" took the table
+    if args.sweep:  # a sweep's jobs: the children of its parent run (rlrun.launch.sweep_group)
+        args.filter = " and ".join(filter(None, [args.filter, sweep_filter(args.sweep)]))
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -149,9 +164,10 @@ def main(argv: list[str]) -> int:
     if args.table == "table2":  # D4RL-normalised scores beside raw returns (rlrun.report.offline)
         from rlrun.report.offline import write_outputs as write_table2
 
-        written = write_table2(report, formats, out)
+        written = write_table2(report, formats, out, normalize_uri(args.tracking_uri))
     else:
-        written = write_outputs(report, formats, out, plots=not args.no_plots)
+        written = write_outputs(report, formats, out, plots=not args.no_plots,
+                                source=normalize_uri(args.tracking_uri))
     if written:
         pngs = sum(p.suffix == ".png" for p in written)
         names = [p.name for p in written if p.suffix != ".png"] + ([f"{pngs} PNG(s)"] if pngs else [])

@@ -63,14 +63,18 @@ def iqm_curve(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray, see
 
 
 def _label(cell: Cell, env: str) -> str:
+    from rlrun.report.plots import mpl_text
+
     parts = [k for k in cell.key if k and k != env]
-    return " ".join(parts) or cell.label
+    return mpl_text(" ".join(parts) or cell.label)
 
 
 def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path:
     """Writes the comparison figure of one env's cells to ``path`` (PNG)."""
     fig = Figure(figsize=(11, 4.2), dpi=100, layout="constrained")
-    fig.suptitle(f"{title}: {env}", fontsize=11)
+    from rlrun.report.plots import mpl_text
+
+    fig.suptitle(f"{mpl_text(title)}: {mpl_text(env)}", fontsize=11)
     curve_ax, profile_ax = fig.subplots(1, 2)
     runs = [[(r["curve_steps"], r["curve_values"]) for _, r in c.runs.iterrows()] for c in cells]
     steps = [s for cell_runs in runs for s, _ in cell_runs if len(s)]

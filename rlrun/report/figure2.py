@@ -3,6 +3,7 @@
     rlrun -m '+paper/marl=glob(*)' seed=0,1,2      # the runs (6 algorithms x 3 tasks)
     rlrun report figure2                          # final-reward table on the terminal
     rlrun report figure2 --out report/            # + figure2.png and figure2.md
+    rlrun report figure2 --format html --out report/   # report/figure2.html: one self-contained page
 
 One panel per task with every algorithm on shared axes: the mean over seeds of
 the evaluation return (the team's episode reward) against frames, and a band
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlrun.report.render import md, plain
 from rlrun.report.runs import ReportError, load_runs, lookup, normalize_uri
-from rlrun.report.table import Cell, dedupe_seeds, drop_failed, references, summarize
+from rlrun.report.table import Cell, Report, dedupe_seeds, drop_failed, references, summarize
 
 TABLE = "figure2_marl"
 PPO_FAMILY = ("MAPPO", "IPPO")
@@ -92,8 +94,9 @@ def table_text(cells: dict[tuple[str, str], Cell], markdown: bool = False) -> st
         partial = f", {cell.partial} partial" if cell.partial else ""
         return f"{cell.mean:.3g}{std} ({cell.seeds}s{partial})"
 
-    rows = [[a, *(entry(cells[(t, a)]) for t in tasks)] for a in algos]
-    head = ["algorithm", *tasks]
+    text = md if markdown else plain
+    rows = [[text(a), *(entry(cells[(t, a)]) for t in tasks)] for a in algos]
+    head = ["algorithm", *(text(t) for t in tasks)]
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
                           *("| " + " | ".join(r) + " |" for r in rows)]) + "\n"
@@ -108,13 +111,14 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from rlrun.report.plots import aggregate, no_data
+    from rlrun.report.plots import aggregate, mpl_text, no_data
     from rlrun.report.render import frames
 
     tasks = list(dict.fromkeys(t for t, _ in cells))
     algos = list(dict.fromkeys(a for _, a in cells))
     fig = Figure(figsize=(5 * len(tasks), 4), layout="constrained")
-    axes = fig.subplots(1, len(tasks), squeeze=False, sharex=True)[0]
+    # not sharex: a panel without runs clears its ticks (no_data), which would clear them all
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
     colors = {a: f"C{i}" for i, a in enumerate(algos)}
     for ax, task in zip(axes, tasks):
         drawn = False
@@ -126,10 +130,10 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
                 continue
             drawn = True
             ax.fill_between(grid, low, high, where=count >= 2, color=colors[algo], alpha=0.2, linewidth=0)
-            ax.plot(grid, mean, color=colors[algo], linewidth=1.6, label=f"{algo} ({cell.seeds})")
+            ax.plot(grid, mean, color=colors[algo], linewidth=1.6, label=f"{mpl_text(algo)} ({cell.seeds})")
         if not drawn:
             no_data(ax, "no runs")
-        ax.set_title(task)
+        ax.set_title(mpl_text(task))
         ax.set_xlabel("frames")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: frames(x)))
         ax.grid(alpha=0.3)
@@ -153,7 +157,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", metavar="STR", help="MLflow search filter, and-ed with paper.table")
     p.add_argument("--include-failed", action="store_true", help="keep failed and diverged runs")
     p.add_argument("--out", metavar="DIR", type=Path, help="write figure2.png and figure2.md here")
+    p.add_argument("--format", default="terminal,markdown", metavar="FMT",
+                   help="terminal, markdown (figure2.md + figure2.png with --out) or html (figure2.html, "
+                   "one self-contained page); comma-separated (default: terminal,markdown)")
     return p
+
+
+FORMATS = ("terminal", "markdown", "html")
+
+
+def as_report(cells: Cells, notes: list[str]) -> Report:
+    """The cells as a report: rows are tasks, columns algorithms (the figure's panels and lines)."""
+    ref = reference()
+    return Report("figure2", ref["caption"], ["task", "algo"], list(cells.values()),
+                  rows=list(dict.fromkeys(t for t, _ in cells)),
+                  cols=list(dict.fromkeys(a for _, a in cells)),
+                  notes=notes)
+
+
+def write_html(cells: Cells, notes: list[str], out: Path, source: str = "") -> Path:
+    """``<out>/figure2.html``: the final table, the curves per task and each cell's provenance."""
+    import tempfile
+
+    from rlrun.report import page, render
+
+    report = as_report(cells, notes)
+    with tempfile.TemporaryDirectory() as tmp:
+        png = plot(cells, Path(tmp) / "figure2.png").read_bytes()
+    return page.write(report, out / "figure2.html", headers=render.HEADERS, columns=render.cell_columns,
+                      legend=[*claims(cells), *render.legend(report)], source=source,
+                      figures=[("every algorithm per task on shared axes: mean over seeds, band min-max",
+                                png)])
 
 
 def main(argv: list[str]) -> int:
@@ -162,6 +196,14 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        print(f"rlrun: error: unknown --format {','.join(bad) or args.format!r}; "
+              f"fix: use {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    if args.out is None and "html" in formats:
+        args.out = Path("report")
     uri = normalize_uri(args.tracking_uri)
     where = f"params.`paper.table` = '{TABLE}'" + (f" and {args.filter}" if args.filter else "")
     try:
@@ -177,15 +219,21 @@ def main(argv: list[str]) -> int:
     ref = reference()
     text = table_text(cells)
     checks = claims(cells)
-    sys.stdout.write(f"{ref['caption']}\nfinal eval return, mean ± std over seeds (s: seeds)\n\n{text}\n"
-                     + "".join(f"{line}\n" for line in [*checks, *notes]))
-    if args.out is not None:
+    if "terminal" in formats:
+        sys.stdout.write(f"{ref['caption']}\nfinal eval return, mean ± std over seeds (s: seeds)\n\n{text}\n"
+                         + "".join(f"{plain(line)}\n" for line in [*checks, *notes]))
+    written = []
+    if args.out is not None and "html" in formats:
+        written.append(write_html(cells, notes, args.out, uri).name)
+    if args.out is not None and "markdown" in formats:
         args.out.mkdir(parents=True, exist_ok=True)
         png = plot(cells, args.out / "figure2.png")
         (args.out / "figure2.md").write_text(
             f"# Figure 2: MARL on VMAS\n\n{ref['caption']}\n\n![Figure 2]({png.name})\n\n"
             f"Final eval return, mean ± std over seeds (s: seeds):\n\n{table_text(cells, markdown=True)}\n"
-            + "".join(f"- {line}\n" for line in [*checks, *notes]))
-        print(f"[rlrun] wrote figure2.png, figure2.md to {args.out}/", file=sys.stderr)
+            + "".join(f"- {md(line)}\n" for line in [*checks, *notes]))
+        written += ["figure2.png", "figure2.md"]
+    if written:
+        print(f"[rlrun] wrote {', '.join(written)} to {args.out}/", file=sys.stderr)
     return 0
 

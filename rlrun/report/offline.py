@@ -96,7 +96,7 @@ def legend(report: Report) -> list[str]:
 def terminal(report: Report) -> str:
     """An aligned plain-text table, caption above, legend below."""
     header = [*report.keys, *HEADERS]
-    body = [[*c.key, *columns(c)] for c in report.cells]
+    body = [[render.plain(v) for v in [*c.key, *columns(c)]] for c in report.cells]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     numeric = set(range(len(report.keys), len(header) - 1))
 
@@ -114,14 +114,16 @@ def markdown(report: Report) -> str:
     out = [f"# {report.name}: {report.caption}", ""]
     for title, text in (("Returns", _returns_text), ("D4RL-normalised scores", _scores_text)):
         out += [f"{title}, ours / paper (mean ± std over seeds); *missing*: no run yet.", "",
-                "| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+                "| | " + " | ".join(render.md(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for algo in report.rows or []:
             cells = [report.cell(algo, env) for env in cols]
-            out.append(f"| **{algo}** | " + " | ".join("" if c is None else text(c) for c in cells) + " |")
+            out.append(f"| **{render.md(algo)}** | "
+                       + " | ".join("" if c is None else text(c) for c in cells) + " |")
         out.append("")
     header = [*report.keys, *HEADERS]
     out += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    out += ["| " + " | ".join([*c.key, *columns(c)]).replace("|", "\\|") + " |" for c in report.cells]
+    out += ["| " + " | ".join([*(render.md(k) for k in c.key), *(render.md(v) for v in columns(c))]) + " |"
+            for c in report.cells]
     return "\n".join([*out, "", *(f"- {n}" for n in legend(report))]) + "\n"
 
 
@@ -144,7 +146,7 @@ def to_frame(report: Report) -> pd.DataFrame:
     return frame
 
 
-def write_outputs(report: Report, formats: list[str], out: Path | None) -> list[Path]:
+def write_outputs(report: Report, formats: list[str], out: Path | None, source: str = "") -> list[Path]:
     """Prints/writes table 2 in the formats asked for (no plots: one final score per run)."""
     import sys
 
@@ -161,7 +163,14 @@ def write_outputs(report: Report, formats: list[str], out: Path | None) -> list[
         (out / "table.md").write_text(markdown(report))
         written.append(out / "table.md")
     if "csv" in formats:
-        to_frame(report).to_csv(out / "table.csv", index=False)
+        render.csv_frame(to_frame(report)).to_csv(out / "table.csv", index=False)
         written.append(out / "table.csv")
+    if "html" in formats:
+        from rlrun.report import page
+
+        written.append(page.write(report, out / f"{report.name}.html", headers=HEADERS, columns=columns,
+                                  legend=legend(report), figures=[], source=source,
+                                  figures_note="table 2 compares final scores; its runs count "
+                                  "optimiser steps, not frames, so no frame-axis curves are drawn"))
     return written
 

@@ -19,10 +19,15 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from rlrun.report.render import frames
+from rlrun.report.render import frames, plain
 from rlrun.report.table import Cell, Report
 
 GRID_POINTS = 200
+
+
+def mpl_text(text: object) -> str:
+    """Tracker text for a figure: one line, ``$`` escaped (no mathtext, which can fail to parse)."""
+    return plain(text).replace("$", r"\$")
 
 
 def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], points: int = GRID_POINTS
@@ -91,7 +96,7 @@ def _draw(ax, cell: Cell, small: bool = False) -> None:
     partial = f", {cell.partial} partial" if cell.partial else ""
     seeds = f"{cell.seeds} seed{'s' if cell.seeds != 1 else ''}"
     seeds += f" in {cell.runs_count} runs" if cell.runs_count != cell.seeds else ""
-    ax.set_title(f"{cell.label} ({seeds}{partial})", fontsize=8 if small else 11)
+    ax.set_title(f"{mpl_text(cell.label)} ({seeds}{partial})", fontsize=8 if small else 11)
     ax.tick_params(labelsize=6 if small else 9)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: frames(x)))
     if not small:
@@ -135,7 +140,7 @@ def plot_overview(report: Report, path: Path) -> Path | None:
         return None
     nrows, ncols = len(grid), len(grid[0])
     fig = Figure(figsize=(3.0 * ncols, 2.3 * nrows + 0.5), dpi=80, layout="constrained")
-    fig.suptitle(f"{report.name}: {report.caption}", fontsize=10)
+    fig.suptitle(f"{report.name}: {mpl_text(report.caption)}", fontsize=10)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for i, line in enumerate(grid):
         for j, cell in enumerate(line):

@@ -1,9 +1,19 @@
-"""Renders a report as an aligned text table, Markdown or CSV."""
+"""Renders a report as an aligned text table, Markdown or CSV.
+
+Values read from the tracker (cell keys, config labels, param and tag values) are data: they
+show as text in every format. ``plain`` makes control characters visible (no terminal escape
+sequences, no line breaks inside a row), ``md`` also escapes HTML and Markdown syntax, and
+``csv_cell`` defuses spreadsheet formulas.
+"""
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from pathlib import Path
+
+import pandas as pd
 
 from rlrun.report.stats import DDOF, LEVEL, RESAMPLES
 from rlrun.report.table import Cell, Report
@@ -72,7 +82,7 @@ def rows(report: Report) -> list[list[str]]:
     """Key columns then ``HEADERS`` per cell; a key repeated from the row above is blanked."""
     out, previous = [], None
     for cell in report.cells:
-        key = list(cell.key)
+        key = [plain(k) for k in cell.key]
         shown = ["" if previous and i == 0 and key[0] == previous[0] and len(key) > 1 else k
                  for i, k in enumerate(key)]
         out.append([*shown, *cell_columns(cell)])
@@ -82,7 +92,7 @@ def rows(report: Report) -> list[list[str]]:
 
 def terminal(report: Report) -> str:
     """An aligned plain-text table with the caption above and the notes below."""
-    header = [*report.keys, *HEADERS]
+    header = [*(plain(k) for k in report.keys), *HEADERS]
     body = rows(report)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     numeric = set(range(len(report.keys), len(header)))
@@ -91,7 +101,7 @@ def terminal(report: Report) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
                          for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
-    text = [f"{report.name}: {report.caption}", line(header), "  ".join("-" * w for w in widths)]
+    text = [f"{report.name}: {plain(report.caption)}", line(header), "  ".join("-" * w for w in widths)]
     text += [line(r) for r in body]
     return "\n".join([*text, *legend(report)]) + "\n"
 
@@ -103,8 +113,38 @@ def legend(report: Report) -> list[str]:
             *report.notes]
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_MD_SYNTAX = re.compile(r"([\\`*_\[\]|~$])")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def plain(text: object) -> str:
+    """``text`` on one line with control and bidi-override characters shown as escapes (``\\n``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
+
+
+def md(text: object) -> str:
+    """Tracker text for Markdown: one line, HTML entities for ``& < > "``, Markdown syntax escaped."""
+    return _MD_SYNTAX.sub(r"\\\1", html.escape(plain(text)))
+
+
+def csv_cell(value: object) -> object:
+    """A CSV value a spreadsheet will not run: text starting like a formula gets a leading ``'``."""
+    if isinstance(value, str) and value.startswith(_FORMULA):
+        try:
+            float(value)  # "-1.5" is a number, not a formula
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``csv_cell`` applied to its text columns and header."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = [csv_cell(v) for v in out[col]]
+    return out.rename(columns={c: csv_cell(c) for c in out.columns if isinstance(c, str)})
 
 
 def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
@@ -117,10 +157,10 @@ def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
         overview: File name of the overview grid PNG, embedded at the end.
         comparisons: File name of the comparison figure per env, embedded at the end.
     """
-    out = [f"# {report.name}: {report.caption}", ""]
+    out = [f"# {report.name}: {md(report.caption)}", ""]
     if report.rows is not None and report.cols is not None:
         out += ["Ours (mean ± std over seeds) / paper (mean ± std); *missing*: no run yet.", "",
-                "| | " + " | ".join(report.cols) + " |", "|---" * (len(report.cols) + 1) + "|"]
+                "| | " + " | ".join(md(c) for c in report.cols) + " |", "|---" * (len(report.cols) + 1) + "|"]
         for algo in report.rows:
             line = []
             for env in report.cols:
@@ -130,21 +170,23 @@ def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
                     continue
                 ours = "*missing*" if cell.missing else mean_pm(cell.mean, cell.std)
                 line.append(f"{ours} / {mean_pm(cell.paper_mean, cell.paper_std)}")
-            out.append(f"| **{algo}** | " + " | ".join(line) + " |")
+            out.append(f"| **{md(algo)}** | " + " | ".join(line) + " |")
         out += ["", "## Per cell", ""]
-    header = [*report.keys, *HEADERS, *(["plot"] if plots else [])]
+    header = [*(md(k) for k in report.keys), *HEADERS, *(["plot"] if plots else [])]
     out += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    keys = len(report.keys)
     for cell, r in zip(report.cells, rows(report)):
         link = [f"[png]({plots[cell.key]})" if cell.key in plots else ""] if plots else []
-        out.append("| " + " | ".join(_md_escape(c) for c in [*r, *link]) + " |")
+        out.append("| " + " | ".join([*(md(c) for c in r[:keys]), *(c.replace("|", "\\|") for c in r[keys:]),
+                                      *link]) + " |")
     out += ["", *(f"- {n}" for n in legend(report))]
     if overview:
         out += ["", f"![{report.name} overview]({overview})"]
     for env, name in (comparisons or {}).items():
-        out += ["", f"![{env}: algorithms compared]({name})"]
+        out += ["", f"![{md(env)}: algorithms compared]({name})"]
     return "\n".join(out) + "\n"
 
 
 def write_csv(report: Report, path: Path) -> None:
     """One row per cell with numeric columns (``table.NUMERIC``); empty where undefined."""
-    report.to_frame().to_csv(path, index=False)
+    csv_frame(report.to_frame()).to_csv(path, index=False)

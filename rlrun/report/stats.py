@@ -21,6 +21,10 @@ DDOF = 1
 """Standard deviations over seeds are sample std (``ddof=1``); one seed has no std (NaN)."""
 RESAMPLES = 2000
 LEVEL = 0.95
+POWER = 0.8
+"""Power of the seed count ``seeds_needed`` answers for: 80%, the usual planning convention."""
+MAX_SEEDS = 100_000
+"""Above this many seeds the answer is reported as "more than" (a difference far below the spread)."""
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:
@@ -107,3 +111,49 @@ def ratio(ours: float, paper: float) -> float:
     if not (np.isfinite(ours) and np.isfinite(paper)) or paper == 0:
         return float("nan")
     return float(ours / paper)
+
+
+def t_test_power(n: int, effect: float, level: float = LEVEL) -> float:
+    """Power of a two-sided one-sample t-test with ``n`` samples at standardised effect ``effect``.
+
+    Exact: ``P(|T| > t_{1-a/2, n-1})`` with ``T`` noncentral t, ``n - 1`` degrees of freedom,
+    noncentrality ``effect * sqrt(n)`` (``a = 1 - level``).
+    """
+    df = n - 1
+    crit = sps.t.ppf(1 - (1 - level) / 2, df)
+    nc = abs(effect) * np.sqrt(n)
+    return float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+
+
+def seeds_needed(std: float, difference: float, level: float = LEVEL, power: float = POWER) -> float:
+    """Seeds a one-sample two-sided t-test needs to tell a mean ``difference`` away from a fixed value.
+
+    The spread over seeds is taken as the true one (``std``) and ``difference`` as the true gap
+    between our mean and the reference; the reference is treated as exact. Starts from the normal
+    approximation ``((z_{1-a/2} + z_power) * std / difference)^2`` and walks ``n`` until the
+    exact noncentral-t power reaches ``power`` (the t quantile depends on ``n``, so no closed form).
+
+    Returns:
+        The smallest ``n >= 2`` with that power; ``inf`` when the difference is 0 (or more than
+        ``MAX_SEEDS`` would be needed); 2 when ``std`` is 0 and the difference is not; NaN when
+        either input is undefined.
+    """
+    if not (np.isfinite(std) and np.isfinite(difference)):
+        return float("nan")
+    if difference == 0:
+        return float("inf")
+    if std == 0:
+        return 2.0
+    effect = abs(difference) / std
+    z = sps.norm.ppf(1 - (1 - level) / 2) + sps.norm.ppf(power)
+    approx = (z / effect) ** 2
+    if approx > MAX_SEEDS:
+        return float("inf")
+    n = max(2, int(np.floor(approx)))  # the normal approximation never overshoots
+    while t_test_power(n, effect, level) < power:
+        if n >= MAX_SEEDS:
+            return float("inf")
+        n += 1
+    while n > 2 and t_test_power(n - 1, effect, level) >= power:
+        n -= 1
+    return float(n)

@@ -31,7 +31,7 @@ from rlrun.report.runs import experiment_params, lookup
 TABLES = ("table1", "table2")
 UNSET = "(unset)"
 NUMERIC = ["mean", "std", "iqm", "iqm_low", "iqm_high", "paper_mean", "paper_std", "ratio", "seeds",
-           "runs_count", "partial", "frames", "budget"]
+           "runs_count", "partial", "frames", "budget", "seeds_needed"]
 CONFIG_KEYS = ["algo", "env", "config"]
 """Key columns of the default ad-hoc report: one cell per config."""
 LABEL_KEYS = 3
@@ -72,6 +72,14 @@ class Cell:
     @property
     def label(self) -> str:
         return " / ".join(self.key)
+
+    @property
+    def seeds_needed(self) -> float:
+        """Seeds that would tell our mean from the paper's at 95% confidence, 80% power, given our
+        spread (``stats.seeds_needed``); NaN with fewer than 2 seeds or no paper value."""
+        if self.seeds < 2:
+            return float("nan")
+        return stats.seeds_needed(self.std, self.mean - self.paper_mean)
 
 
 @dataclass

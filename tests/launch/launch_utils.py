@@ -57,9 +57,14 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def mlflow_runs(store: Path):
+def mlflow_runs(store: Path, parents: bool = False):
+    """The client and the jobs' runs of the store's ``rlrun`` experiment (``parents``: sweeps'
+    parent runs as well, rlrun.launch.sweep_group)."""
     from mlflow.tracking import MlflowClient
+
+    from rlrun.launch.sweep_group import PARENT_TAG
 
     client = MlflowClient(f"sqlite:///{store}")
     exp = client.get_experiment_by_name("rlrun")
-    return client, (client.search_runs([exp.experiment_id]) if exp else [])
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    return client, [r for r in runs if parents or PARENT_TAG not in r.data.tags]

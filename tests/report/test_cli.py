@@ -63,7 +63,8 @@ def test_csv_parses_back_to_the_same_numbers(written, runs):
 
     df = pd.read_csv(written / "table.csv")
     assert list(df.columns) == ["algo", "env", "mean", "std", "iqm", "iqm_low", "iqm_high", "paper_mean",
-                                "paper_std", "ratio", "seeds", "runs_count", "partial", "frames", "budget"]
+                                "paper_std", "ratio", "seeds", "runs_count", "partial", "frames", "budget",
+                                "seeds_needed"]
     expected = build_table(runs, "table1").to_frame()
     assert list(df["algo"]) == list(expected["algo"]) and list(df["env"]) == list(expected["env"])
     np.testing.assert_allclose(df.iloc[:, 2:].to_numpy(float), expected.iloc[:, 2:].to_numpy(float),
@@ -135,7 +136,7 @@ def test_errors_name_the_flag_and_exit_2(store, tmp_path, monkeypatch, capsys):
     _one_line_error(capsys, "no runs with param paper.table=table2", "--filter")
     assert main(["--tracking-uri", store, "--experiment", "nope"]) == 2
     _one_line_error(capsys, "no experiment named 'nope'", "--experiment")
-    assert main(["--format", "html"]) == 2
+    assert main(["--format", "pdf"]) == 2
     _one_line_error(capsys, "--format")
     assert main(["table1", "--group-by", "algo"]) == 2
     _one_line_error(capsys, "--group-by")

@@ -58,3 +58,20 @@ def test_figure2_without_runs_says_how_to_launch_them(marl_store, capsys):
     assert main(["figure2", "--tracking-uri", marl_store, "--filter", "params.seed = '99'"]) == 2
     err = capsys.readouterr().err
     assert "paper.table=figure2_marl" in err and "+paper/marl=glob(*)" in err
+
+
+def test_figure2_html_page(marl_store, tmp_path, capsys):
+    assert main(["figure2", "--tracking-uri", marl_store, "--format", "html", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""  # html only: nothing on the terminal
+    page = (tmp_path / "figure2.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure2.html"]  # the figure is inlined
+    assert page.count("src='data:image/png;base64,") == 1
+    assert "<th>navigation</th>" in page and "<th>MAPPO</th>" in page  # tasks by algorithms
+    assert "n/a (no paper value)" in page  # the paper reports curves only
+    assert "navigation: PPO-based beat Q-learning ones (paper: yes): yes" in page
+
+
+def test_figure2_rejects_an_unknown_format(marl_store, capsys):
+    assert main(["figure2", "--tracking-uri", marl_store, "--format", "pdf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlrun: error: unknown --format 'pdf'") and "\n" not in err

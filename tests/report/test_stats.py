@@ -68,3 +68,35 @@ def test_ratio_is_undefined_without_a_nonzero_paper_value():
     assert stats.ratio(3000, 11077) == pytest.approx(0.270831452)
     assert math.isnan(stats.ratio(1.0, 0.0))
     assert math.isnan(stats.ratio(float("nan"), 10.0))
+
+
+@pytest.mark.parametrize("effect, n", [(1.0, 10), (0.8, 15), (0.5, 34), (0.2, 199)])
+def test_seeds_needed_matches_the_one_sample_t_test_tables(effect, n):
+    # Standard sample sizes of a two-sided one-sample t-test, alpha 0.05, power 0.8 (G*Power's
+    # tables: d=1 -> 10, 0.8 -> 15, 0.5 -> 34, 0.2 -> 199). By hand for d = 0.5: the normal
+    # approximation ((1.95996 + 0.84162) / 0.5)^2 = 31.40; with t quantiles at df = 31,
+    # ((2.0395 + 0.8534) / 0.5)^2 = 33.47, at df = 33 ((2.0345 + 0.8527) / 0.5)^2 = 33.34 -> 34.
+    assert stats.seeds_needed(std=10.0, difference=10.0 * effect) == n
+    assert stats.seeds_needed(std=10.0, difference=-10.0 * effect) == n  # two-sided: the sign is moot
+    # Bracketing: n reaches 80% power, n - 1 does not.
+    assert stats.t_test_power(n, effect) >= 0.8 > stats.t_test_power(n - 1, effect)
+
+
+def test_seeds_needed_is_at_least_the_normal_approximation_and_close_to_the_t_iteration():
+    from scipy.stats import norm, t
+
+    for effect in (0.3, 0.7, 1.3):  # (at d >= 2 the textbook iteration itself is off: n <= 4)
+        normal = ((norm.ppf(0.975) + norm.ppf(0.8)) / effect) ** 2
+        n = 2.0
+        for _ in range(50):  # the textbook fixed point n = ((t_{.975,n-1} + t_{.8,n-1}) / d)^2
+            n = max(2.0, ((t.ppf(0.975, n - 1) + t.ppf(0.8, n - 1)) / effect) ** 2)
+        needed = stats.seeds_needed(1.0, effect)
+        assert needed >= math.ceil(normal) and abs(needed - math.ceil(n)) <= 1, (effect, needed, normal, n)
+
+
+def test_seeds_needed_edge_cases():
+    assert stats.seeds_needed(5.0, 0.0) == math.inf          # no gap: no seed count finds one
+    assert stats.seeds_needed(0.0, 3.0) == 2                 # no spread: two seeds already tell
+    assert math.isnan(stats.seeds_needed(float("nan"), 1.0))  # one seed: no spread known
+    assert stats.seeds_needed(1.0, 1e-6) == math.inf         # beyond MAX_SEEDS
+    assert stats.seeds_needed(1.0, 100.0) == 2

@@ -70,3 +70,11 @@ def test_csv_has_the_scores(offline_store, tmp_path):
     assert row.d4rl_score_paper_std == pytest.approx(100 * 147 / span)
     assert row["mean"] == pytest.approx(5000) and row.seeds == 3
     assert "42.5 ± 8.1 / 41.4 ± 1.2" in (tmp_path / "table.md").read_text()
+
+
+def test_html_page_has_the_scores(offline_store, tmp_path):
+    assert main(["table2", "--tracking-uri", offline_store, "--format", "html", "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "table2.html").read_text()
+    assert "<th>ours (D4RL score)</th>" in page and "no frame-axis curves" in page
+    row = next(r for r in page.split("<tr>") if r.startswith("<td>IQL</td><td>HalfCheetah</td>"))
+    assert f"{100 * (5000 - HC_RANDOM) / (HC_EXPERT - HC_RANDOM):.1f} ± " in row
