@@ -33,8 +33,9 @@ import pytest
 
 TOTAL = 2048
 DIRS = 4
-# hard bound on the whole harness (23 kills, 27 process starts; 643 s on a 2-core box at load 12,
-# less on an idle one (not measured here); RLRUN_HARNESS_S changes it)
+# hard bound on the whole harness (23 kills, 27 process starts; on a shared 2-core box 643 s at load 12,
+# 359 s at load 5;
+# less on an idle one, not measured; RLRUN_HARNESS_S changes it)
 HARNESS_S = float(os.environ.get("RLRUN_HARNESS_S", "900"))
 
 
