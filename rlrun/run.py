@@ -18,6 +18,7 @@ from rlrun import checkpoint
 from rlrun.build import Run, build_run, resolve_device
 from rlrun.config_schema import validate_sections
 from rlrun.errors import CheckpointError, ConfigError
+from rlrun.record import pause_point
 from rlrun.registry import build
 from rlrun.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.signals import chain_signal_handler, install_stop_handlers, restore_handlers
@@ -96,9 +97,12 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     collector, buffer = run.collector, run.buffer
     unit, total = run.budget.unit, run.budget.total
     hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.get(f"interval_{unit}"))
+    # the step the loggers continue after (None: a fresh start); rows past it were superseded
+    resume_step = 0 if resume["continues"] else None
     if state is not None:
         _restore(state, run, ckpt_path)
         done = collector.frames if unit == "frames" else int(state["optim_steps"])
+        resume_step = done if resume["continues"] else None
         if done >= total and (run_dir / "summary.json").exists():
             say(f"[rlrun] {run_dir} already finished {done} {unit}; "
                 f"raise total_{unit} to train on, or use resume=false to start afresh")
@@ -108,7 +112,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             if resume["run_id"] is not None and summary.get("status") == "finished":
                 # a kill between the summary and the tracker's finish() left it RUNNING: finish it
                 build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
-                      run_id=resume["run_id"], resumed=True).finish("FINISHED")
+                      run_id=resume["run_id"], resumed=True, resume_step=done).finish("FINISHED")
             return summary
         say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
               f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
@@ -121,6 +125,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                         ) or run_dir.name
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
                    resumed=resume["continues"],  # a fresh start sets old metric files aside
+                   resume_step=resume_step,
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
@@ -134,7 +139,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     progress = Progress(total, int(state["optim_steps"] if unit == "updates" else collector.frames)
                         if state is not None else 0, cfg.progress, unit=unit)
     stats = hooks["train_stats"]
+    checkpointing = hooks.pop("checkpoint")
     hooks["progress"] = ProgressHook(progress, stats)
+    hooks["checkpoint"] = checkpointing  # last: its save() logs the batch's metrics first
     trainer = Trainer(collector, loss, optimizer, hooks, run.epochs_per_batch,
                       run.optim_steps_per_epoch, run.learning_starts, buffer, logger, policy=policy,
                       provided=run.provided, budget=run.budget)
@@ -144,6 +151,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     warned = []
 
     def save() -> None:
+        # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
+        # covers S's metrics: a run resumed from it neither lacks nor repeats them
+        trainer.flush_metrics()
         written = buffer.saved_nbytes()
         keep_buffer = cfg.checkpoint.buffer is True or (
             cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
@@ -152,6 +162,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
                   f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
                   f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
+        pause_point("checkpoint_write")
         checkpoint.save({
             "frames": trainer.frames, "optim_steps": trainer.optim_steps,
             "batches": trainer.batches, "wall_time": trainer.wall_time,
@@ -163,6 +174,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             "rng": checkpoint.rng_state(), "mlflow_run_id": logger.run_id,
             "config": OmegaConf.to_yaml(cfg, resolve=True),
         }, run_dir / CHECKPOINT)
+        pause_point("checkpoint_commit")
+        logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
 
     status = "FAILED"
     evaluation = hooks["evaluation"]

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.errors import ConfigError
+from rlrun.record.journal import JournaledLogger
+from rlrun.record.store import error_line, open_client, sqlite_path
 from rlrun.registry import register
 
 # MLflow's own telemetry would try the network; this machine class has none.
@@ -60,6 +62,10 @@ class Logger:
 
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
+    def commit(self, step: int) -> None:
+        """A checkpoint at ``step`` is written: what was logged up to it must now survive a kill
+        (a resumed run continues from there; rows past it are superseded and dropped)."""
+
     def finish(self, status: str = "FINISHED") -> None: ...
 
 
@@ -87,7 +93,8 @@ class MLflowLogger(Logger):
         if tracking_uri.startswith(("http://", "https://")):
             probe_server(tracking_uri)
         with _bounded_http_retries():
-            self.client = MlflowClient(tracking_uri)
+            db = sqlite_path(tracking_uri)  # a SQLite store is made atomically, repaired if half-made
+            self.client = open_client(db) if db is not None else MlflowClient(tracking_uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
                 artifacts = (root / "mlruns").as_uri() if tracking_uri.startswith("sqlite") else None
@@ -109,11 +116,23 @@ class MLflowLogger(Logger):
             self.client.log_batch(self.run_id, params=items[i:i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.log_metric_rows([(step, int(time.time() * 1000), metrics)])
+
+    def log_metric_rows(self, rows: list[tuple[int, int, dict[str, float]]]) -> None:
+        """Several steps' metrics, each row ``(step, time_ms, metrics)``, in one request."""
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step)
-                                                    for k, v in metrics.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), t, step)
+                                                    for step, t, m in rows for k, v in m.items()])
+
+    def last_steps(self, keys: list[str]) -> dict[str, int]:
+        """The last step the run holds for each of ``keys`` (absent: none)."""
+        held = {}
+        for key in keys:
+            steps = [m.step for m in self.client.get_metric_history(self.run_id, key)]
+            if steps:
+                held[key] = max(steps)
+        return held
 
     def log_artifact(self, path: str | Path) -> None:
         self.client.log_artifact(self.run_id, str(path))
@@ -173,18 +192,21 @@ def _bounded_http_retries() -> Iterator[None]:
 class CSVLogger(Logger):
     """Writes ``step,key,value`` rows to ``<run_dir>/metrics.csv``.
 
-    A resumed run appends to the file; a fresh start in a directory that has
-    one (``resume=false``, or killed before its first checkpoint) moves the old
+    A resumed run continues the file from its checkpoint's step: rows logged after it
+    (by the attempt that was killed) are dropped first, in an atomic rewrite. A fresh start
+    in a directory that has one (``resume=false``, or another config) moves the old
     ``metrics.csv`` and ``params.csv`` aside as ``*.prev-N.csv`` and starts new ones.
     """
 
-    def __init__(self, run_dir: Path, resumed: bool = False):
+    def __init__(self, run_dir: Path, resumed: bool = False, resume_step: int | None = None):
         self.path = Path(run_dir) / "metrics.csv"
         if not resumed:
             for old in (self.path, self.path.with_name("params.csv")):
                 if (aside := set_aside(old)) is not None:
                     print(f"[rlrun] fresh start: kept the previous {old.name} as {aside.name}",
                           file=sys.stderr)
+        elif resume_step is not None and self.path.exists():
+            _keep_rows_up_to(self.path, resume_step)
         new = not self.path.exists()
         self._file = open(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
@@ -197,20 +219,36 @@ class CSVLogger(Logger):
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._writer.writerows([step, k, v] for k, v in metrics.items())
-        self._file.flush()
+        self._file.flush()  # in the OS's hands at once: a kill loses nothing logged
 
     def finish(self, status: str = "FINISHED") -> None:
         self._file.close()
 
 
+def _keep_rows_up_to(path: Path, step: int) -> None:
+    """Rewrites a ``step,key,value`` file without the rows past ``step`` (temp file, ``os.replace``)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [r for i, r in enumerate(rows) if i == 0 or (len(r) == 3 and r[0].isdigit() and int(r[0]) <= step)]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
+
+
 @register("logger", "mlflow")
 def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
                 tracking_uri: str | None = None, experiment: str = "rlrun",
-                run_id: str | None = None, tags: dict | None = None) -> MLflowLogger:
-    """MLflow; embedded SQLite store under ``root`` unless ``tracking_uri`` is set."""
+                run_id: str | None = None, tags: dict | None = None,
+                resume_step: int | None = None) -> JournaledLogger:
+    """MLflow; embedded SQLite store under ``root`` unless ``tracking_uri`` is set.
+
+    Metrics reach MLflow through ``<run_dir>/mlflow.journal`` once a checkpoint covers them
+    (``rlrun.record.journal``): MLflow cannot delete what a killed attempt logged.
+    """
     try:
-        return MLflowLogger(tracking_uri, Path(root) if root else Path.cwd(), experiment,
-                            run_name, run_id, tags)
+        inner = MLflowLogger(tracking_uri, Path(root) if root else Path.cwd(), experiment,
+                             run_name, run_id, tags)
     except ConfigError:
         raise
     except Exception as err:  # bad URI, unreachable server, corrupt store
@@ -218,16 +256,17 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
             raise ConfigError(f"MLflow run {run_id} of this checkpoint is not in {tracking_uri}",
                               key="logger.tracking_uri",
                               fix="point logger.tracking_uri at the store the run started in") from None
-        raise ConfigError(f"cannot open the MLflow store ({type(err).__name__}: {err})",
+        raise ConfigError(f"cannot open the MLflow store {tracking_uri or '(embedded)'} ({error_line(err)})",
                           key="logger.tracking_uri",
-                          fix="use a valid tracking URI, or logger=csv to log without MLflow"
-                          ) from None
+                          fix="check logger.tracking_uri (sqlite:///<file>, http://host:port), or use "
+                          "logger=csv to log without MLflow") from None
+    return JournaledLogger(inner, Path(run_dir) / "mlflow.journal", resume_step if run_id else None)
 
 
 @register("logger", "csv")
-def make_csv(run_dir: Path, resumed: bool = False) -> CSVLogger:
+def make_csv(run_dir: Path, resumed: bool = False, resume_step: int | None = None) -> CSVLogger:
     """Metrics as rows of ``<run_dir>/metrics.csv``."""
-    return CSVLogger(run_dir, resumed)
+    return CSVLogger(run_dir, resumed, resume_step)
 
 
 @register("logger", "none")
@@ -291,15 +330,26 @@ class TensorBoardLogger(Logger):
 
     Params are written once as a Markdown table under the text tag ``config``; artifacts
     are not copied (they stay in the run directory, which TensorBoard does not serve).
+    A resumed run purges the events past its checkpoint's step (``purge_step``: TensorBoard
+    then drops what the killed attempt wrote there); a fresh start sets an old folder aside.
     """
 
-    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10):
+    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10,
+                 resumed: bool = False, resume_step: int | None = None):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as err:
             raise ConfigError(f"TensorBoard is not installed ({err})", key="logger.name",
                               fix="pip install 'rlrun[tensorboard]', or use logger=mlflow|csv") from None
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / subdir), flush_secs=flush_secs)
+        folder = Path(run_dir) / subdir
+        if not resumed and folder.is_dir() and any(folder.iterdir()):
+            aside = set_aside(folder)
+            print(f"[rlrun] fresh start: kept the previous {subdir}/ as {aside.name}/", file=sys.stderr)
+        purge = resume_step + 1 if resumed and resume_step is not None else None
+        self.writer = SummaryWriter(log_dir=str(folder), flush_secs=flush_secs, purge_step=purge)
+
+    def commit(self, step: int) -> None:
+        self.writer.flush()  # events wait in the writer's queue up to flush_secs
 
     def log_params(self, params: dict[str, Any]) -> None:
         rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(params.items()))
@@ -337,20 +387,30 @@ class LoggerGroup(Logger):
         for lg in self.loggers:
             lg.log_artifact(path)
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for lg in self.loggers:
+            lg.set_tags(tags)
+
+    def commit(self, step: int) -> None:
+        for lg in self.loggers:
+            lg.commit(step)
+
     def finish(self, status: str = "FINISHED") -> None:
         for lg in self.loggers:
             lg.finish(status)
 
 
 @register("logger", "tensorboard")
-def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10) -> TensorBoardLogger:
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10,
+                     resumed: bool = False, resume_step: int | None = None) -> TensorBoardLogger:
     """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
-    return TensorBoardLogger(run_dir, subdir, flush_secs)
+    return TensorBoardLogger(run_dir, subdir, flush_secs, resumed, resume_step)
 
 
 @register("logger", "multi")
 def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = None,
-               run_id: str | None = None, tags: dict | None = None) -> LoggerGroup:
+               run_id: str | None = None, tags: dict | None = None, resumed: bool = False,
+               resume_step: int | None = None) -> LoggerGroup:
     """Several loggers at once, e.g. MLflow and TensorBoard (``logger.loggers.<name>`` nodes)."""
     from rlrun.registry import build
 
@@ -358,5 +418,6 @@ def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = N
         raise ConfigError("no loggers listed", key="logger.loggers",
                           fix="list them, e.g. logger=multi (MLflow and TensorBoard)")
     return LoggerGroup([build("logger", node, key=f"logger.loggers.{name}", run_dir=run_dir,
-                              run_name=run_name, run_id=run_id, tags=tags)
+                              run_name=run_name, run_id=run_id, tags=tags, resumed=resumed,
+                              resume_step=resume_step)
                         for name, node in loggers.items() if node])
