@@ -166,3 +166,36 @@ def test_evaluation_video_is_a_file_and_media_at_its_evaluation_step(tmp_path, o
 def test_unknown_mode_is_one_error_naming_the_key(tmp_path, capsys):
     code, _, err = run_cli(["logger=wandb", "logger.mode=cloud", *FAST], tmp_path, capsys)
     assert code == 2 and "logger.mode" in err and "Traceback" not in err
+
+
+def test_a_kill_past_the_checkpoint_leaves_each_step_once_with_the_continuing_values(tmp_path, offline):
+    """Killed after logging steps 1536-2048 but before their checkpoint: W&B never got them
+    (journal); the rerun from the 1024 checkpoint logs them, and sends 512-1024 again, since a
+    SIGKILL takes W&B's unflushed records with it (W&B keeps a step's first value at sync)."""
+    import os
+    import signal
+
+    args = [sys.executable, "-m", "rlrun", "logger=wandb", *FAST, "checkpoint.interval_frames=1024",
+            "hydra.run.dir=runs/one", "threads=1"]
+    env = {**os.environ, "RLRUN_TEST_PAUSE_AT": "checkpoint_write", "RLRUN_TEST_PAUSE_S": "5"}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    pauses = 0
+    for line in proc.stderr:  # the second checkpoint's pause: its metrics logged, not checkpointed
+        pauses += "test pause: checkpoint_write" in line
+        if pauses == 2:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert pauses == 2
+    env.pop("RLRUN_TEST_PAUSE_AT")
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "resuming from frame 1024" in done.stderr
+    killed, rerun = offline_runs(offline)
+    assert rerun.run_id == summary_of(tmp_path / "runs/one")["mlflow_run_id"]
+    assert all(s <= 1024 for _, s in killed.points())  # nothing past the checkpoint reached W&B
+    steps = [int(row["_step"]) for row in rerun.history if "frames" in row]
+    assert steps == STEPS  # every step, once, in order: no gap where the kill lost W&B's buffer
+    first = {(k, int(r["_step"])): v for r in killed.history for k, v in r.items() if not k.startswith("_")}
+    again = {(k, int(r["_step"])): v for r in rerun.history for k, v in r.items() if not k.startswith("_")}
+    assert all(again[p] == v for p, v in first.items())  # a step sent twice has one value

@@ -13,16 +13,19 @@ Where it goes: online when an API key is configured (``WANDB_API_KEY``, or
 
 Resuming: the W&B run id is kept in the run directory's ``tracking.json``
 (``wandb_run_id``), so a resumed rlrun run continues the same W&B run
-(``resume="allow"``). W&B drops a step lower than the run's last one (with a
-warning): a resumed run's re-trained steps keep the values first logged. Offline,
-each start writes its own ``offline-run-*`` folder with the same id; ``wandb sync``
-uploads them in start order as one resumed run.
+(``resume="allow"``). W&B keeps the first value logged at a step and drops a step
+lower than the run's last one, so metrics go through a journal (``rlrun.record.journal``)
+and reach W&B once a checkpoint covers them: after a kill and resume every (metric, step)
+is there once, with the values of the attempt that continued, at most one checkpoint
+interval behind the run. Offline, each start writes its own ``offline-run-*`` folder with
+the same id; ``wandb sync`` uploads them in start order as one resumed run.
 """
 
 from __future__ import annotations
 
 import netrc
 import os
+import re
 import secrets
 import shutil
 import string
@@ -31,6 +34,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rlrun.errors import ConfigError
+from rlrun.record.journal import JournaledLogger
 from rlrun.registry import register
 from rlrun.rundir import read_tracking, write_tracking
 from rlrun.tracking import Logger, say
@@ -153,7 +157,7 @@ class WandbLogger(Logger):
         self.run_id = self.run.id
         self._saved_id = False
         self._step: int | None = None
-        self._videos: list[Path] = []
+        self._videos: list[tuple[int | None, Path]] = []  # (evaluation's step, file)
         if self.run.offline:
             why = (f"WANDB_MODE={wandb_mode}" if mode == "auto" and os.environ.get("WANDB_MODE") else
                    "no W&B API key configured" if mode == "auto" else f"logger.mode={mode}")
@@ -177,9 +181,10 @@ class WandbLogger(Logger):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._save_id()
         data: dict[str, Any] = {k: float(v) for k, v in metrics.items()}
-        if self._videos:  # recorded at this batch's evaluation, whose metrics these are
-            data["eval/video"] = self.wandb.Video(str(self._videos.pop()), format="mp4")
-            self._videos.clear()
+        due = [v for v in self._videos if v[0] is None or v[0] <= step]
+        if due:  # recorded at an evaluation these metrics reach (metrics may come later: journal)
+            data["eval/video"] = self.wandb.Video(str(due[-1][1]), format="mp4")
+            self._videos = [v for v in self._videos if v not in due]
         self.run.log(data, step=int(step))
         self._step = int(step)
 
@@ -193,8 +198,9 @@ class WandbLogger(Logger):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
         self.run.save(str(dest), base_path=self.run.dir, policy="now")
-        if path.suffix == ".mp4":
-            self._videos.append(dest)
+        if path.suffix == ".mp4":  # rlrun.video names them eval-frame<step>.mp4
+            found = re.search(r"frame(\d+)", path.stem)
+            self._videos.append((int(found.group(1)) if found else None, dest))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self._save_id()
@@ -204,7 +210,7 @@ class WandbLogger(Logger):
     def finish(self, status: str = "FINISHED") -> None:
         self._save_id()
         if self._videos and self._step is not None:
-            self.run.log({"eval/video": self.wandb.Video(str(self._videos[-1]), format="mp4")},
+            self.run.log({"eval/video": self.wandb.Video(str(self._videos[-1][1]), format="mp4")},
                          step=self._step)
             self._videos.clear()
         self.run.finish(exit_code=0 if status == "FINISHED" else 1)
@@ -213,6 +219,16 @@ class WandbLogger(Logger):
 @register("logger", "wandb")
 def make_wandb(run_dir: Path, run_name: str, project: str = "rlrun", entity: str | None = None,
                mode: Literal["auto", "online", "offline", "disabled"] = "auto", dir: str | None = None,
-               group: str | None = None, run_id: str | None = None, tags: dict | None = None) -> WandbLogger:
-    """Weights & Biases: online with an API key, else offline (``wandb sync`` uploads it later)."""
-    return WandbLogger(run_dir, run_name, project, entity, mode, dir, group, run_id, tags)
+               group: str | None = None, run_id: str | None = None, tags: dict | None = None,
+               resume_step: int | None = None) -> JournaledLogger:
+    """Weights & Biases: online with an API key, else offline (``wandb sync`` uploads it later).
+
+    Metrics reach W&B through ``<run_dir>/wandb.journal`` once a checkpoint covers them
+    (``rlrun.record.journal``): W&B keeps the first value logged at a step and drops steps below
+    its last one, so a killed attempt's rows past its checkpoint must never reach it; and a
+    SIGKILL takes W&B's unflushed records with it, so a resumed run sends the rows up to its
+    checkpoint again (W&B drops the ones it has).
+    """
+    inner = WandbLogger(run_dir, run_name, project, entity, mode, dir, group, run_id, tags)
+    return JournaledLogger(inner, Path(run_dir) / "wandb.journal", resume_step if run_id else None,
+                           resend=True)

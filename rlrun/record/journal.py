@@ -49,14 +49,20 @@ class JournaledLogger:
         path: The journal file, in the run directory (e.g. ``<run_dir>/mlflow.journal``).
         resume_step: None for a fresh start (an old journal is dropped); else the step of the
             checkpoint the run continues from: later rows are dropped, earlier ones sent.
+        resend: Keep sent rows too, and send every row up to ``resume_step`` again on resume:
+            for a tracker that may lose what a killed process handed it but keeps only the first
+            value of a step itself (W&B's service process dies with a SIGKILLed run, unflushed;
+            a step it holds already is dropped), at least once is what leaves no gap.
     """
 
-    def __init__(self, inner: Any, path: Path, resume_step: int | None):
+    def __init__(self, inner: Any, path: Path, resume_step: int | None, resend: bool = False):
         self._file = None
         self.inner, self.path = inner, Path(path)
         self.run_id = inner.run_id
         self._marker = self.path.with_name(self.path.name + ".sending")
         self._pending: list[Row] = []
+        self._sent: list[Row] = []  # kept only with ``resend``
+        self._resend = resend
         self._last_sent: dict[str, int] = {}
         self._committed: int | None = None
         self._warned = False
@@ -89,6 +95,8 @@ class JournaledLogger:
                 self._skip_what_the_tracker_holds(due)
             self._marker.touch()
             self._send(due)
+            if self._resend:
+                self._sent.extend(due)
             self._pending = [r for r in self._pending if r[0] > step]
             self._rewrite()
             self._marker.unlink(missing_ok=True)
@@ -114,6 +122,7 @@ class JournaledLogger:
         if self._committed is not None:
             self.commit(self._committed)
         self._file.close()
+        self._sent = []  # the run ended: nothing will need sending again
         left = [r for r in self._pending if self._committed is not None and r[0] <= self._committed]
         if left:
             _say(f"[rlrun] {len(left)} rows of metrics are not yet in the tracker; they are kept in "
@@ -163,7 +172,7 @@ class JournaledLogger:
             self._file.close()
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         with open(tmp, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self._pending)
+            f.writelines(json.dumps(r) + "\n" for r in [*self._sent, *self._pending])
         os.replace(tmp, self.path)
         self._file = open(self.path, "a")
 
