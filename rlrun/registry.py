@@ -244,6 +244,9 @@ def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = fro
         if name in hints:
             node[name] = check_value(value, hints[name], f"{key}.{name}",
                                      params[name].default if name in params else inspect.Parameter.empty)
+    check = getattr(factory, "check_options", None)
+    if callable(check):  # rules between options, or against the machine: check_options(node, key)
+        check(node, key)
     return node
 
 

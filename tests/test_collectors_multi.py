@@ -274,8 +274,9 @@ def test_a_worker_killed_mid_run_raises_a_clear_error_fast_and_leaves_no_orphans
 def test_a_failing_env_reports_its_traceback():
     with MultiCollector(ExplodingEnv, BiasPolicy(), 8, 10**6, workers=2, method="forward") as coll:
         tree = worker_tree(coll)
-        with pytest.raises(WorkerError, match=r"(?s)worker \d \(pid \d+\) failed:.*Traceback.*"
-                                              r"RuntimeError: the env exploded at step 6"):
+        with pytest.raises(WorkerError, match=r"(?s)worker \d \(pid \d+\) raised RuntimeError: the env "
+                                              r"exploded at step 6; the run keeps its last checkpoint: fix "
+                                              r"the error below.*Traceback.*RuntimeError: the env exploded"):
             list(coll)
     assert not wait_gone(tree)
 
