@@ -21,9 +21,15 @@ dict once per version, and each actor receives the reference with its next
 
 Failure policy, as for the local workers: an actor that raises, or dies (its
 process killed, its node lost), ends the iteration with a
-:class:`~rlrun.collectors_multi.WorkerError` naming the worker and holding Ray's
-report; every actor is killed first (and a local Ray stopped), so the run ends
-through its usual checkpoint-on-exit path.
+:class:`~rlrun.collectors_multi.WorkerError` naming the worker (one line; an
+actor that raised adds Ray's report of its traceback); every actor is killed
+first (and a local Ray stopped), and the run ends ``failed`` with its last
+periodic checkpoint (exit code 4).
+
+A local Ray listens on the loopback interface only (:func:`_init_local_ray`); a
+cluster address is checked for its form with the config and probed before Ray
+is asked to join it (:func:`_join_cluster`), as Ray retries an address where
+nothing answers for minutes.
 """
 
 from __future__ import annotations
