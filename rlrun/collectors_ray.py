@@ -334,7 +334,11 @@ def _init_local_ray(ray: Any, workers: int) -> None:
     try:
         ray.init(num_cpus=workers, include_dashboard=False, dashboard_host="127.0.0.1",
                  _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+                 runtime_env={"env_vars": {"PYTHONPATH": path}},
+                 # no idle workers started ahead of the actors: they run no task of ours, and when Ray
+                 # stops they crashed on a loaded machine (SIGSEGV in Ray's metrics thread), a report
+                 # of many lines forwarded to the run's stderr after its one line
+                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
 
