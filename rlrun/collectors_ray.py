@@ -329,7 +329,7 @@ def _init_local_ray(ray: Any, workers: int) -> None:
 
     # the actors import what this process can (plugins, envs registered by user modules)
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-    saved = ray_constants.ENABLE_RAY_CLUSTER
+    saved = ray_constants.ENABLE_RAY_CLUSTER  # ray is pinned to 2.60.*; the socket test guards a change
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         ray.init(num_cpus=workers, include_dashboard=False, dashboard_host="127.0.0.1",

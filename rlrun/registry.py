@@ -221,7 +221,8 @@ SUPPLIED_FIX = {
 
 
 def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = frozenset()) -> dict:
-    """Checks config keys and value types against ``factory``'s signature.
+    """Checks config keys and value types against ``factory``'s signature, then the rules between
+    its options that a signature cannot state, if the factory has them as ``check_options(node, key)``.
 
     ``hidden``: parameters rlrun supplies, left out of the options an error lists.
     """
