@@ -397,7 +397,8 @@ _AT_EXIT: list = []
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged) or 128 + a signal."""
+    """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged), 4 (a collector worker
+    died, ``WorkerError``) or 128 + a signal."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
