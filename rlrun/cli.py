@@ -16,6 +16,7 @@ full traceback instead.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import hashlib
 import logging
@@ -391,8 +392,23 @@ def use_huge_pages_for_large_tensors() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
+def skip_the_final_garbage_collection() -> None:
+    """At exit, moves every object into the generation the collector never visits (``gc.freeze``),
+    so that the interpreter's last collection skips the heap: with torch imported that pass alone
+    held the exit 1.5-4 s on this project's 2-core machine (a dead collector worker stopped the run
+    in 3.9 s instead of about one). Other ``atexit`` handlers run as before, and runs close their
+    files and trackers explicitly; what the skipped pass would have freed, the OS frees."""
+    if not _AT_EXIT:
+        _AT_EXIT.append(gc.freeze)
+        atexit.register(gc.freeze)
+
+
+_AT_EXIT: list = []
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged) or 128 + a signal."""
+    """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged), 4 (a collector worker
+    died, ``WorkerError``) or 128 + a signal."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
@@ -405,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     use_huge_pages_for_large_tensors()
+    skip_the_final_garbage_collection()
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
     if argv[:1] == ["explain"]:

@@ -26,35 +26,29 @@ moved, at the start of a rollout, so a rollout never mixes two versions.
 
 Failure policy: a worker that raises sends its traceback and exits; a worker
 that dies without one (SIGKILL, OOM) is noticed within ``poll_s``; either way
-the collector shuts every worker down and raises :class:`WorkerError` in the
-main process, naming the worker, its pid and its traceback or signal. The run
-then ends ``failed`` with that message and keeps its last periodic checkpoint
-(``checkpoint.interval_frames``): no checkpoint is written at the failure, as the
-dead worker's env and RNG state are gone; rerunning the same command resumes
-from the last one (tested in ``tests/test_collectors_multi_run.py``).
-Restarting a worker silently would hide a broken env. No orphans: workers exit
-on ``shutdown()`` (context manager, ``atexit``, errors, ``__del__``), get
-exit at once when the main process dies, however it died (a watchdog thread
-on the parent sentinel; ``PR_SET_PDEATHSIG`` too on Linux with ``spawn``).
+the collector shuts every worker down and raises :class:`WorkerError` (one line
+naming the worker and its pid, then its traceback if it sent one; the command
+exits with ``WorkerError.exit_code``). The run ends ``failed`` and keeps its last
+periodic checkpoint: none is written at the failure, as the dead worker's env
+and RNG state are gone; rerunning the same command resumes from the last one
+(``tests/test_collectors_multi_run.py``). Restarting a worker silently would
+hide a broken env. No orphans: workers exit on ``shutdown()`` (context manager,
+``atexit``, errors, ``__del__``) and at once when the main process dies, however
+it died (a watchdog thread on the parent sentinel; ``PR_SET_PDEATHSIG`` too on
+Linux with ``spawn``).
 """
 
 from __future__ import annotations
 
 import atexit
 import copy
-import ctypes
-import os
 import queue
 import signal
-import sys
-import threading
 import time
-import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 import numpy as np
@@ -63,140 +57,26 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.collectors import SyncCollector
-from rlrun.errors import ConfigError
-from rlrun.registry import register
+from rlrun.errors import ConfigError, RlrunError
+from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
+from rlrun.workers.limits import check_workers_fit
+from rlrun.workers.loop import SEED_STRIDE, _policy_fn, _worker  # noqa: F401  (SEED_STRIDE, _policy_fn: API)
 
-SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 ASYNC_SLOTS = 2
 
 
-class WorkerError(RuntimeError):
-    """A collector worker died; the message holds its traceback or exit code."""
+class WorkerError(RlrunError, RuntimeError):
+    """A collector worker died: one line naming it and what to do, then its traceback if it sent one.
 
-
-# ---------------------------------------------------------------- worker side
-
-def _die_with_main_process() -> None:
-    """Ends this worker as soon as the main process dies, whatever killed it.
-
-    A watchdog thread blocks on multiprocessing's parent sentinel (a pipe whose
-    other end only the main process holds: EOF = the main process is gone). The
-    OS parent is no use with a forkserver: it is the server, which itself waits
-    for every worker to exit. ``PR_SET_PDEATHSIG`` adds the kernel's guarantee
-    for ``spawn`` workers, whose OS parent is the main process.
+    Not the user's input, so not exit code 2: the command exits with 4 (README, Exit codes).
     """
-    parent = mp.parent_process()
-    if parent is not None:
-        threading.Thread(target=lambda: (wait([parent.sentinel]), os._exit(1)), daemon=True,
-                         name="rlrun-parent-watchdog").start()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except OSError:
-            pass
 
+    exit_code = 4
 
-def _policy_fn(module: nn.Module, method: str) -> Callable[[Tensor], dict[str, Tensor]]:
-    fn = getattr(module, method)
-
-    def act(obs: Tensor) -> dict[str, Tensor]:
-        out = fn(obs)
-        return out if isinstance(out, dict) else {"action": out}
-    return act
-
-
-def _pull_weights(shared: dict[str, Tensor], local: dict[str, Tensor], seq: Tensor, seen: int) -> int:
-    """Copies the shared weights if their sequence number moved; returns the sequence copied."""
-    while True:
-        s = int(seq[0])
-        if s == seen:
-            return seen
-        if s % 2:  # the main process is writing
-            time.sleep(0.0005)
-            continue
-        for k, t in local.items():
-            t.copy_(shared[k])
-        if int(seq[0]) == s:  # no write started meanwhile: a consistent copy
-            return s
-
-
-def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Module, method: str,
-            options: dict, seq: Tensor, cmd_q: Any, res_q: Any) -> None:
-    _die_with_main_process()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the main process decides
-    env = None
-    try:
-        torch.set_num_threads(1)
-        seed = options["seed"] + SEED_STRIDE * index
-        torch.manual_seed(seed)
-        env = cloudpickle.loads(env_fn_bytes)()
-        local = copy.deepcopy(shared_policy)
-        local_sd, shared_sd = local.state_dict(), shared_policy.state_dict()
-        seen = _pull_weights(shared_sd, local_sd, seq, -1)
-        policy = _policy_fn(local, method)
-        n = env.num_envs
-        coll = SyncCollector(env, policy, n, 2**62, options["init_random_frames"], seed)
-        res_q.put(("spec", index, _spec(env, policy)))
-        slots: dict[str, Tensor] = {}
-        while True:
-            cmd = cmd_q.get()
-            kind = cmd[0]
-            if kind == "slots":
-                slots = cmd[1]
-            elif kind == "collect":
-                _, slot, steps = cmd
-                seen = _pull_weights(shared_sd, local_sd, seq, seen)
-                coll.frames_per_batch = steps * n
-                td = coll.collect()
-                for key, buf in slots.items():
-                    if key == "traj_ids":
-                        buf[slot, :, :steps] = td["collector", "traj_ids"] * workers + index
-                    elif key in td.keys(include_nested=True):
-                        buf[slot, :, :steps] = td[key]
-                    else:  # a warm-up batch of random actions has no policy extras
-                        buf[slot, :, :steps] = 0
-                returns, lengths = coll.pop_episode_stats()
-                res_q.put(("rollout", index, slot, steps, seen // 2, returns, lengths))
-            elif kind == "get_state":
-                state = coll.state_dict()
-                res_q.put(("state", index, {"frames": state["frames"], "next_traj": state["next_traj"],
-                                            "generator": state["generator"].numpy(),
-                                            "torch_rng": torch.get_rng_state().numpy()}))
-            elif kind == "set_state":
-                state = cmd[1]
-                coll.load_state_dict({"frames": state["frames"], "next_traj": state["next_traj"],
-                                      "generator": torch.from_numpy(state["generator"])})
-                torch.set_rng_state(torch.from_numpy(state["torch_rng"]))
-                res_q.put(("ack", index))
-            elif kind == "close":
-                return
-    except BaseException:
-        res_q.put(("error", index, traceback.format_exc()))
-    finally:
-        if env is not None:
-            env.close()
-
-
-def _spec(env, policy: Callable[[Tensor], dict[str, Tensor]]) -> dict[str, tuple[tuple[int, ...], Any]]:
-    """Per-step shapes and dtypes of every recorded key (the policy probed without using up RNG)."""
-    s = env.spec
-    obs = torch.zeros((env.num_envs, *s.observation_shape), dtype=torch.from_numpy(
-        np.zeros(0, s.observation_dtype)).dtype)
-    rng = torch.get_rng_state()
-    with torch.inference_mode():
-        outs = policy(obs)
-    torch.set_rng_state(rng)
-    spec: dict[Any, tuple[tuple[int, ...], Any]] = {
-        "observation": (tuple(obs.shape[1:]), obs.dtype),
-        ("next", "observation"): (tuple(obs.shape[1:]), obs.dtype),
-        ("next", "reward"): ((1,), torch.float32),
-        **{("next", k): ((1,), torch.bool) for k in ("terminated", "truncated", "done")},
-        "traj_ids": ((), torch.int64),
-        "num_envs": env.num_envs,
-    }
-    spec.update({k: (tuple(v.shape[1:]), v.dtype) for k, v in outs.items()})
-    return spec
+    def __init__(self, what: str, traceback_text: str = ""):
+        todo = "fix the error below and rerun" if traceback_text else "rerun"
+        super().__init__(f"{what}; the run keeps its last checkpoint: {todo} the same command to resume "
+                         "from it" + (f"\n{traceback_text.rstrip()}" if traceback_text else ""))
 
 
 # ---------------------------------------------------------------- main side
@@ -276,7 +156,7 @@ class MultiCollector:
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             # the server imports torch, tensordict and gymnasium once; each worker is then a fork of it
-            ctx.set_forkserver_preload(["rlrun.collectors_multi"])
+            ctx.set_forkserver_preload(["rlrun.collectors_multi", "rlrun.workers.server"])
         shared = copy.deepcopy(policy).cpu()
         for p in shared.parameters():
             p.requires_grad_(False)
@@ -503,7 +383,7 @@ class MultiCollector:
             except queue.Empty:
                 continue
             if msg[0] == "error":
-                self._fail(f"collector worker {msg[1]} (pid {self._procs[msg[1]].pid}) failed:\n{msg[2]}")
+                self._fail_raised(msg[1], msg[2])
             if msg[0] == kind:
                 return msg
             if msg[0] == "rollout":
@@ -516,8 +396,7 @@ class MultiCollector:
                     while True:
                         msg = self._res_q.get(timeout=0.1)
                         if msg[0] == "error":
-                            self._fail(f"collector worker {msg[1]} (pid {self._procs[msg[1]].pid}) "
-                                       f"failed:\n{msg[2]}")
+                            self._fail_raised(msg[1], msg[2])
                         if msg[0] == "rollout":
                             self._pending.append(msg)
                 except queue.Empty:
@@ -531,9 +410,13 @@ class MultiCollector:
             self._fail(f"no message from the collector workers for {self.timeout_s:.0f} s "
                        "(an env hangs?); raise collector.timeout_s if rollouts are this slow")
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, what: str, traceback_text: str = "") -> None:
         self.shutdown()
-        raise WorkerError(message)
+        raise WorkerError(what, traceback_text)
+
+    def _fail_raised(self, w: int, traceback_text: str) -> None:
+        last = traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "an error"
+        self._fail(f"collector worker {w} (pid {self._procs[w].pid}) raised {last}", traceback_text)
 
 
 def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, workers: int,
@@ -564,12 +447,16 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
                           timeout_s=timeout_s, rollouts_per_batch=rollouts_per_batch)
 
 
+StartMethod = Literal["forkserver", "spawn"]
+Backend = Literal["local", "ray"]
+
+
 @register("collector", "multi_sync")
-def make_multi_sync_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
-                              init_random_frames: int = 0, explore: bool = True, seed: int = 0,
-                              device: str = "cpu", start_method: str = "forkserver",
-                              timeout_s: float = 600.0, backend: str = "local",
-                              ray_address: str | None = None) -> Any:
+def make_multi_sync_collector(env, policy, frames_per_batch: PositiveInt, total_frames: int,
+                              workers: PositiveInt = 2, init_random_frames: NonNegativeInt = 0,
+                              explore: bool = True, seed: int = 0, device: str = "cpu",
+                              start_method: StartMethod = "forkserver", timeout_s: PositiveFloat = 600.0,
+                              backend: Backend = "local", ray_address: str | None = None) -> Any:
     """Worker processes, each with its own copy of the env; every batch is all workers' rollouts.
 
     The loop pushes the actor's weights to the workers after every batch's
@@ -582,11 +469,12 @@ def make_multi_sync_collector(env, policy, frames_per_batch: int, total_frames: 
 
 
 @register("collector", "multi_async")
-def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames: int, workers: int = 2,
-                               init_random_frames: int = 0, explore: bool = True, seed: int = 0,
-                               device: str = "cpu", start_method: str = "forkserver",
-                               timeout_s: float = 600.0, rollouts_per_batch: int = 1,
-                               backend: str = "local", ray_address: str | None = None) -> Any:
+def make_multi_async_collector(env, policy, frames_per_batch: PositiveInt, total_frames: int,
+                               workers: PositiveInt = 2, init_random_frames: NonNegativeInt = 0,
+                               explore: bool = True, seed: int = 0, device: str = "cpu",
+                               start_method: StartMethod = "forkserver", timeout_s: PositiveFloat = 600.0,
+                               rollouts_per_batch: PositiveInt = 1, backend: Backend = "local",
+                               ray_address: str | None = None) -> Any:
     """Worker processes collecting without waiting; each batch is ``rollouts_per_batch`` workers'
     rollouts, in arrival order.
 
@@ -595,3 +483,20 @@ def make_multi_async_collector(env, policy, frames_per_batch: int, total_frames:
     """
     return _make("async", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
                  explore, seed, device, start_method, timeout_s, rollouts_per_batch, backend, ray_address)
+
+
+def _check_options(node: dict, key: str) -> None:
+    """The rules between options, run with the signature's checks (``registry.check_kwargs``), so
+    before anything is built: the Ray address's form, and workers that fit this machine unless they
+    run on a cluster it joins."""
+    workers, backend, address = node.get("workers", 2), node.get("backend", "local"), node.get("ray_address")
+    if backend == "ray":
+        from rlrun.collectors_ray import check_address  # imports no ray
+
+        check_address(address, f"{key}.ray_address")
+    if backend == "local" or address is None:
+        check_workers_fit(int(workers), "local" if backend == "local" else "ray", f"{key}.workers")
+
+
+make_multi_sync_collector.check_options = _check_options
+make_multi_async_collector.check_options = _check_options

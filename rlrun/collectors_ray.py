@@ -21,15 +21,23 @@ dict once per version, and each actor receives the reference with its next
 
 Failure policy, as for the local workers: an actor that raises, or dies (its
 process killed, its node lost), ends the iteration with a
-:class:`~rlrun.collectors_multi.WorkerError` naming the worker and holding Ray's
-report; every actor is killed first (and a local Ray stopped), so the run ends
-through its usual checkpoint-on-exit path.
+:class:`~rlrun.collectors_multi.WorkerError` naming the worker (one line; an
+actor that raised adds Ray's report of its traceback); every actor is killed
+first (and a local Ray stopped), and the run ends ``failed`` with its last
+periodic checkpoint (exit code 4).
+
+A local Ray listens on the loopback interface only (:func:`_init_local_ray`); a
+cluster address is checked for its form with the config and probed before Ray
+is asked to join it (:func:`_join_cluster`), as Ray retries an address where
+nothing answers for minutes.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -39,10 +47,16 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.collectors import SyncCollector
-from rlrun.collectors_multi import SEED_STRIDE, WorkerError, _policy_fn
+from rlrun.collectors_multi import WorkerError
 from rlrun.errors import ConfigError
+from rlrun.workers.loop import SEED_STRIDE, _policy_fn
 
 _MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
+ADDRESS_KEY = "collector.ray_address"
+# host:port, optionally ray://host:port (Ray Client); a host is a name, an IPv4 or a [bracketed] IPv6
+_ADDRESS = re.compile(r"^(?:ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
+                      r":(?P<port>[0-9]{1,5})$")
+PROBE_S = 5.0  # a cluster's head answers a TCP connect at once; nothing answering within this is no cluster
 
 
 class _Worker:
@@ -129,12 +143,9 @@ class RayCollector:
         self._weights = None  # the object-store reference of the current version's weights
         if not ray.is_initialized():
             if address is None:
-                # the actors import what this process can (plugins, envs registered by user modules)
-                path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=True,
-                         configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+                _init_local_ray(ray, workers)
             else:
-                ray.init(address=address, log_to_driver=True, configure_logging=False)
+                _join_cluster(ray, address)
             self._started_ray = address is None
         self._closed = False
         try:
@@ -276,13 +287,83 @@ class RayCollector:
             except ray.exceptions.GetTimeoutError:
                 self._fail(f"no answer from Ray collector worker {w} for {self.timeout_s:.0f} s "
                            "(an env hangs?); raise collector.timeout_s if rollouts are this slow")
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                self._fail(f"Ray collector worker {w} failed:\n{err}")
+            except ray.exceptions.RayActorError:  # its process died: Ray's many-line report says no more
+                self._fail(f"Ray collector worker {w} died without a traceback (its process was killed, "
+                           "ran out of memory, or its node was lost)")
+            except ray.exceptions.RayTaskError as err:  # the env or policy raised in the actor
+                lines = str(err).strip().splitlines()
+                self._fail(f"Ray collector worker {w} raised {lines[-1] if lines else 'an error'}", str(err))
         return out
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, what: str, report: str = "") -> None:
         self.shutdown()
-        raise WorkerError(message)
+        raise WorkerError(what, report)
+
+
+def check_address(address: str | None, key: str = ADDRESS_KEY) -> None:
+    """Raises ConfigError unless ``address`` is null, ``auto`` or ``[ray://]host:port`` (a port 1-65535)."""
+    if address is None or address == "auto":
+        return
+    match = _ADDRESS.match(address) if isinstance(address, str) else None
+    if match is None or not 1 <= int(match["port"]) <= 65535:
+        raise ConfigError(f"must be auto, null or host:port, got {address!r}", key=key,
+                          fix=f"set {key}=auto (the cluster `ray start` made here), {key}=<head host>:<port> "
+                          f"(e.g. 10.0.0.1:6379), or {key}=null for a local Ray")
+
+
+def _init_local_ray(ray: Any, workers: int) -> None:
+    """Starts a Ray of ``workers`` CPUs that listens on the loopback interface only, with no dashboard.
+
+    Ray 2.60 binds its servers (GCS, raylet, workers, the dashboard head's and agents' ports,
+    the autoscaler monitor's metrics) to the node's IP, and to all interfaces unless that IP is
+    a loopback address. ``ray.init(_node_ip_address="127.0.0.1")`` alone is not enough: Ray
+    rewrites a loopback address to the host's (``services.resolve_ip_for_localhost``) unless
+    ``ray_constants.ENABLE_RAY_CLUSTER`` is false, which is what its
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets at import. It is set here for the start only, as
+    the variable would come too late once ray is imported; a cluster the user joins
+    (``ray_address``) is untouched. The dashboard head still runs (Ray starts it in its minimal
+    mode: no web UI, port 8265 closed), on 127.0.0.1 like the rest (``tests/test_collectors_ray.py``
+    lists every listening socket of a run).
+    """
+    from ray._private import ray_constants
+
+    # the actors import what this process can (plugins, envs registered by user modules)
+    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    saved = ray_constants.ENABLE_RAY_CLUSTER  # ray is pinned to 2.60.*; the socket test guards a change
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=workers, include_dashboard=False, dashboard_host="127.0.0.1",
+                 _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}},
+                 # no idle workers started ahead of the actors: they run no task of ours, and when Ray
+                 # stops they crashed on a loaded machine (SIGSEGV in Ray's metrics thread), a report
+                 # of many lines forwarded to the run's stderr after its one line
+                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+def _join_cluster(ray: Any, address: str) -> None:
+    """Connects to the cluster at ``address``; an address where nothing answers fails within
+    ``PROBE_S`` naming ``collector.ray_address`` (Ray itself retries for minutes, then exits)."""
+    check_address(address)
+    match = _ADDRESS.match(address)
+    if match is not None:
+        host, port = match["host"].strip("[]"), int(match["port"])
+        try:
+            socket.create_connection((host, port), timeout=PROBE_S).close()
+        except OSError as err:
+            raise ConfigError(f"no Ray cluster answers at {address} ({err.strerror or err})", key=ADDRESS_KEY,
+                              fix=f"start one there (ray start --head --port={port}), join this machine's "
+                              f"with {ADDRESS_KEY}=auto, or start a local Ray with {ADDRESS_KEY}=null"
+                              ) from None
+    try:
+        ray.init(address=address, log_to_driver=True, configure_logging=False)
+    except (Exception, SystemExit) as err:  # Ray exits the process when the GCS never answers
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ConfigError(f"cannot join the Ray cluster at {address} ({reason})", key=ADDRESS_KEY,
+                          fix=f"check that a Ray head runs there (ray status --address {address}), or "
+                          f"use {ADDRESS_KEY}=null for a local Ray") from None
 
 
 def _token_auth_if_configured() -> None:

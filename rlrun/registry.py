@@ -221,7 +221,8 @@ SUPPLIED_FIX = {
 
 
 def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = frozenset()) -> dict:
-    """Checks config keys and value types against ``factory``'s signature.
+    """Checks config keys and value types against ``factory``'s signature, then the rules between
+    its options that a signature cannot state, if the factory has them as ``check_options(node, key)``.
 
     ``hidden``: parameters rlrun supplies, left out of the options an error lists.
     """
@@ -244,6 +245,9 @@ def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = fro
         if name in hints:
             node[name] = check_value(value, hints[name], f"{key}.{name}",
                                      params[name].default if name in params else inspect.Parameter.empty)
+    check = getattr(factory, "check_options", None)
+    if callable(check):  # rules between options, or against the machine: check_options(node, key)
+        check(node, key)
     return node
 
 

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import run_cli
 from collector_fakes import MAX_STEPS, BiasPolicy, ExplodingEnv, counter_env
 
 from rlrun.collectors import SyncCollector
@@ -274,8 +276,9 @@ def test_a_worker_killed_mid_run_raises_a_clear_error_fast_and_leaves_no_orphans
 def test_a_failing_env_reports_its_traceback():
     with MultiCollector(ExplodingEnv, BiasPolicy(), 8, 10**6, workers=2, method="forward") as coll:
         tree = worker_tree(coll)
-        with pytest.raises(WorkerError, match=r"(?s)worker \d \(pid \d+\) failed:.*Traceback.*"
-                                              r"RuntimeError: the env exploded at step 6"):
+        with pytest.raises(WorkerError, match=r"(?s)worker \d \(pid \d+\) raised RuntimeError: the env "
+                                              r"exploded at step 6; the run keeps its last checkpoint: fix "
+                                              r"the error below.*Traceback.*RuntimeError: the env exploded"):
             list(coll)
     assert not wait_gone(tree)
 
@@ -364,3 +367,97 @@ def test_multi_async_gathers_rollouts_per_batch_in_arrival_order():
         assert (w == w[:, :1, :1]).all()
     with pytest.raises(ConfigError, match="rollouts_per_batch"):
         MultiCollector(counter_env, BiasPolicy(), 16, 70, workers=2, mode="async", rollouts_per_batch=3)
+
+
+# ------------------------------------------------------------------ option values (issue 25 §6)
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """Fails the test if the run gets as far as building (env, model, workers)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the run was built: the bad value was not refused at the config check")
+    monkeypatch.setattr("rlrun.run.build_run", refuse)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("collector.timeout_s=0", "collector.timeout_s"),
+    ("collector.timeout_s=-1", "collector.timeout_s"),
+    ("collector.workers=1000", "collector.workers"),
+    ("collector.workers=0", "collector.workers"),
+    ("collector.rollouts_per_batch=0", "collector.rollouts_per_batch"),
+    ("collector.frames_per_batch=0", "collector.frames_per_batch"),
+    ("collector.init_random_frames=-5", "collector.init_random_frames"),
+    ("collector.start_method=fork", "collector.start_method"),
+    ("collector.backend=rayx", "collector.backend"),
+    ("collector.ray_address=notahost:abc", "collector.ray_address"),
+    ("collector.ray_address=10.0.0.1:70000", "collector.ray_address"),
+])
+@pytest.mark.parametrize("collector", ["multi_sync", "multi_async"])
+def test_bad_collector_values_give_one_message_and_exit_2_before_anything_is_built(
+        tmp_path, capsys, nothing_built, collector, override, key):
+    if override.startswith("collector.rollouts_per_batch") and collector == "multi_sync":
+        pytest.skip("multi_sync has no rollouts_per_batch")
+    backend = ["collector.backend=ray"] if "ray_address" in override else []
+    code, _, err = run_cli(["algo=impala", "env=cartpole", f"collector={collector}", *backend, override,
+                            "logger=none", "progress=false"], tmp_path, capsys)
+    assert code == 2, err
+    assert err.startswith(f"rlrun: error: {key}: ") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 2 and "  fix: " in err, err  # the message and its fix
+    assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+def test_every_numeric_option_of_every_collector_declares_its_range():
+    from rlrun import registry
+    from rlrun.registry import Range
+
+    supplied = {"total_frames", "seed"}  # top-level keys, ranged in rlrun/config_schema.py
+    missing = []
+    for entry in registry.entries("collector"):
+        hints = typing.get_type_hints(entry.factory, include_extras=True)
+        for name, hint in hints.items():
+            base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+            if base in (int, float) and name not in supplied:
+                if not any(isinstance(m, Range) for m in typing.get_args(hint)[1:]):
+                    missing.append(f"{entry.name}.{name}")
+    assert not missing, f"numeric collector options without a Range: {missing}"
+
+
+def test_the_worker_bound_follows_this_machine_and_a_cluster_is_not_bounded_by_it(monkeypatch):
+    from rlrun.config_schema import check_component
+    from rlrun.workers import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda: int(4e9))
+    monkeypatch.setattr(limits, "open_files_limit", lambda: 1024)
+    monkeypatch.setattr(limits, "open_files", lambda: 24)
+    # local: (4 GB - 0.24 GB) / 190 MB = 19 workers by memory; (1024 - 24 - 64) / 8 = 117 by files
+    assert limits.max_workers("local") == 19
+    check_component("collector", {"name": "multi_async", "workers": 19}, "collector")
+    with pytest.raises(ConfigError, match=r"20 workers do not fit this machine: they need about 4\.0 GB "
+                       r"of memory .* this machine has 4\.0 GB available") as err:
+        check_component("collector", {"name": "multi_async", "workers": 20}, "collector")
+    assert err.value.key == "collector.workers" and "at most 19" in err.value.fix
+    # a local Ray: (4 GB - 0.56 GB) / 330 MB = 10 actors
+    with pytest.raises(ConfigError, match="11 workers do not fit"):
+        check_component("collector", {"name": "multi_sync", "workers": 11, "backend": "ray"}, "collector")
+    monkeypatch.setattr(limits, "open_files_limit", lambda: 256)  # (256 - 24 - 64) / 8 = 21 by files
+    monkeypatch.setattr(limits, "available_memory", lambda: int(400e9))
+    with pytest.raises(ConfigError, match=r"would hold 176 open files, over the limit of 256 \(ulimit -n\)"):
+        check_component("collector", {"name": "multi_sync", "workers": 22}, "collector")
+    # on a cluster the workers run elsewhere: only the cluster bounds them
+    check_component("collector", {"name": "multi_async", "workers": 1000, "backend": "ray",
+                                  "ray_address": "auto"}, "collector")
+
+
+@linux_only
+def test_a_worker_uses_at_least_the_memory_the_worker_bound_assumes():
+    """The bound's per-worker figure is a lower bound: a CartPole worker (as measured) holds it."""
+    from rlrun.workers.limits import COSTS
+
+    with MultiCollector(functools.partial(GymVecEnv, "CartPole-v1", 8), BiasPolicy(), 512, 10**9,
+                        workers=1, method="forward") as coll:
+        it = iter(coll)
+        for _ in range(5):
+            next(it)
+        with open(f"/proc/{coll.worker_pids[0]}/status") as f:
+            rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    assert 0.8 * COSTS["local"].memory <= rss <= 2 * COSTS["local"].memory, rss
