@@ -34,6 +34,7 @@ from rlrun.registry import (
     resolve_factory,
     run_check,
 )
+from rlrun.workers.limits import available_memory
 
 # Budgets up to 10^12 (11 days at a million frames per second): counters stay exact in int64 and
 # in the float fractions schedules use; a larger number is a typo, not a plan.
@@ -301,23 +302,6 @@ def _section_type(hint: Any) -> type | None:
 
 # Per stored transition beyond observations and action: reward, terminated, truncated, done, ...
 _SCALAR_BYTES = 16
-
-
-def available_memory() -> int | None:
-    """Bytes the kernel says can be allocated without swapping (MemAvailable), None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # no psutil, or no way to ask: the check is skipped
-        return None
 
 
 def check_memory(cfg: dict, env: Footprint, available: int | None = None) -> None:

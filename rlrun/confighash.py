@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "env.backend",
-              "eval.interval_frames", "eval.interval_updates", "eval.max_envs", "checkpoint", "hydra", "paper",
-              "dataset_root")
+              "eval.interval_frames", "eval.interval_updates", "eval.max_envs", "checkpoint", "hydra",
+              "paper", "dataset_root")
 """Params that do not change the experiment (the seed, where and how it is logged, run, resumed,
 checkpointed, how often it is evaluated, and which library steps the env: like ``device``, the
 backend changes rounding, not the experiment, and runs from before the key existed keep their

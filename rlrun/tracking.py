@@ -22,7 +22,7 @@ from typing import Any
 from rlrun.errors import ConfigError
 from rlrun.record.journal import JournaledLogger
 from rlrun.record.store import error_line, open_client, sqlite_path
-from rlrun.registry import register
+from rlrun.registry import PositiveInt, register
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -401,7 +401,7 @@ class LoggerGroup(Logger):
 
 
 @register("logger", "tensorboard")
-def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10,
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: PositiveInt = 10,
                      resumed: bool = False, resume_step: int | None = None) -> TensorBoardLogger:
     """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
     return TensorBoardLogger(run_dir, subdir, flush_secs, resumed, resume_step)

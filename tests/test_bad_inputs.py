@@ -70,16 +70,9 @@ UNBOUNDED = {
     "model/actor_critic.init_log_std", "model/group_actor_critic.init_log_std",  # a log: any real
     "exploration/ornstein_uhlenbeck.mu",          # the noise's mean
     "buffer/dataset.reward_shift",                # added to rewards
-    # pending: in modules this change does not own (issue 25 §6, other helpers' files)
-    "collector/multi_sync.frames_per_batch", "collector/multi_sync.workers",      # rlrun/collectors_multi.py
-    "collector/multi_sync.init_random_frames", "collector/multi_sync.timeout_s",  # (the collector's values)
-    "collector/multi_async.frames_per_batch", "collector/multi_async.workers",
-    "collector/multi_async.init_random_frames", "collector/multi_async.timeout_s",
-    "collector/multi_async.rollouts_per_batch",
-    "logger/tensorboard.flush_secs",                                              # rlrun/tracking.py
 }
 # Passed in by rlrun, never set in a component's node (checked at the top level: gamma, seed, ...).
-SUPPLIED = {*registry.SUPPLIED_FIX, "num_envs@exploration"}
+SUPPLIED = {*registry.SUPPLIED_FIX, "num_envs@exploration", "resume_step@logger"}
 
 
 def unranged_numeric_options() -> list[str]:

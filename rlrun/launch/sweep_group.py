@@ -55,14 +55,16 @@ def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
     the artifacts where ``rlrun.tracking`` puts them)."""
     from mlflow.tracking import MlflowClient
 
+    from rlrun.record.store import open_client, sqlite_path
+
     uri = target["tracking_uri"]
     if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
         from rlrun.tracking import probe_server
 
         probe_server(uri)
-    if uri.startswith("sqlite"):
-        Path(target["root"]).mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(uri)
+    db = sqlite_path(uri)
+    # the embedded store is made aside and moved into place, as a run's own first open does
+    client = open_client(db) if db is not None else MlflowClient(uri)
     exp = client.get_experiment_by_name(target["experiment"])
     if exp is not None:
         return client, exp.experiment_id
