@@ -3,7 +3,7 @@
     python -m rlrun.benchmarks device --device cuda          # on a GPU machine, < 10 min
     python -m rlrun.benchmarks device --device cpu --quick   # CI: the script itself cannot rot
 
-Each family (PPO, SAC, TD3, DQN, IMPALA with ``collector=sync``, IQL, CQL, DT, oDT, MAPPO, QMIX,
+Each family (PPO, PPO-KL, SAC, TD3, DQN, IMPALA with ``collector=sync``, IQL, CQL, DT, oDT, MAPPO, QMIX,
 MADDPG) runs in this process through ``rlrun.cli.main`` twice, once with ``device=<device>`` and once
 with ``device=cpu``, same seed. Training code is not changed: ``rlrun.run.build_run`` is wrapped
 for the duration of a run so that the built run gets one more hook, ``DeviceProbe``, which checks
@@ -37,9 +37,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -54,32 +55,43 @@ OFFLINE_COMMON = ["env=pendulum", f"dataset={OFFLINE}", "eval.interval_updates=0
                   "env.max_episode_steps=50"]
 MARL_COMMON = ["env=vmas/navigation", "env.num_envs=4", "eval.interval_frames=0", "eval.episodes=1",
                "env.max_steps=25"]
+# the presets' 1M-row replay is preallocated and (checkpoint.buffer=true) saved: keep it small
+SMALL_REPLAY = ["buffer.capacity=5000"]
+MARL_REPLAY = ["buffer.capacity=5000", "buffer.batch_size=256"]
 # name -> (full overrides, --quick overrides); full runs are a few hundred updates at most
 FAMILIES: dict[str, tuple[list[str], list[str]]] = {
     "ppo": (["algo=ppo", "env=cartpole", "total_frames=4096", "eval.interval_frames=0"],
             ["algo=ppo", "env=cartpole", "total_frames=512", "collector.frames_per_batch=256",
              "buffer.batch_size=128", "trainer.epochs_per_batch=2", "eval.interval_frames=0",
              "eval.episodes=1"]),
-    "sac": (["algo=sac", "env=pendulum", "total_frames=700", "collector.init_random_frames=400",
-             "eval.interval_frames=0", "eval.episodes=2"],
-            ["algo=sac", "env=pendulum", "total_frames=260", "collector.init_random_frames=200",
-             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50"]),
-    "td3": (["algo=td3", "env=pendulum", "total_frames=700", "collector.init_random_frames=400",
-             "eval.interval_frames=0", "eval.episodes=2"],
-            ["algo=td3", "env=pendulum", "total_frames=260", "collector.init_random_frames=200",
-             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50"]),
+    "ppo_kl": (["algo=ppo_kl", "env=cartpole", "total_frames=4096", "eval.interval_frames=0"],
+               ["algo=ppo_kl", "env=cartpole", "total_frames=512", "collector.frames_per_batch=256",
+                "buffer.batch_size=128", "trainer.epochs_per_batch=2", "eval.interval_frames=0",
+                "eval.episodes=1"]),
+    "sac": (["algo=sac", "env=pendulum", "total_frames=600", "collector.init_random_frames=300",
+             "collector.frames_per_batch=100",
+             "eval.interval_frames=0", "eval.episodes=2", *SMALL_REPLAY],
+            ["algo=sac", "env=pendulum", "total_frames=150", "collector.init_random_frames=100",
+             "collector.frames_per_batch=50", "buffer.batch_size=64",
+             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50", *SMALL_REPLAY]),
+    "td3": (["algo=td3", "env=pendulum", "total_frames=600", "collector.init_random_frames=300",
+             "collector.frames_per_batch=100",
+             "eval.interval_frames=0", "eval.episodes=2", *SMALL_REPLAY],
+            ["algo=td3", "env=pendulum", "total_frames=150", "collector.init_random_frames=100",
+             "collector.frames_per_batch=50", "buffer.batch_size=64",
+             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50", *SMALL_REPLAY]),
     "dqn": (["algo=dqn", "env=cartpole", "total_frames=1500", "collector.init_random_frames=1000",
-             "eval.interval_frames=0"],
+             "eval.interval_frames=0", *SMALL_REPLAY],
             ["algo=dqn", "env=cartpole", "total_frames=400", "collector.init_random_frames=300",
-             "eval.interval_frames=0", "eval.episodes=1"]),
+             "eval.interval_frames=0", "eval.episodes=1", *SMALL_REPLAY]),
     "impala": (["algo=impala", "env=cartpole", "collector=sync", "total_frames=4096",
                 "eval.interval_frames=0"],
                ["algo=impala", "env=cartpole", "collector=sync", "total_frames=1024",
                 "eval.interval_frames=0", "eval.episodes=1"]),
     "iql": (["algo=iql", *OFFLINE_COMMON, "total_updates=300"],
-            ["algo=iql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1"]),
+            ["algo=iql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "buffer.batch_size=64"]),
     "cql": (["algo=cql", *OFFLINE_COMMON, "total_updates=200"],
-            ["algo=cql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1"]),
+            ["algo=cql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "buffer.batch_size=64"]),
     "dt": (["algo=dt", *OFFLINE_COMMON, "total_updates=200", "model.max_timestep=60"],
            ["algo=dt", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "model.hidden=16",
             "model.max_timestep=60", "buffer.slice_len=4", "buffer.batch_size=8"]),
@@ -94,10 +106,13 @@ FAMILIES: dict[str, tuple[list[str], list[str]]] = {
                "total_frames=1600", "collector.frames_per_batch=400"],
               ["algo=mappo", *MARL_COMMON, "buffer.batch_size=100", "trainer.epochs_per_batch=2",
                "total_frames=200", "collector.frames_per_batch=200"]),
-    "qmix": (["algo=qmix", *MARL_COMMON, "total_frames=1600", "collector.frames_per_batch=400"],
-             ["algo=qmix", *MARL_COMMON, "total_frames=400", "collector.frames_per_batch=200"]),
-    "maddpg": (["algo=maddpg", *MARL_COMMON, "total_frames=1600", "collector.frames_per_batch=400"],
-               ["algo=maddpg", *MARL_COMMON, "total_frames=400", "collector.frames_per_batch=200"]),
+    "qmix": (["algo=qmix", *MARL_COMMON, *MARL_REPLAY, "total_frames=1600", "collector.frames_per_batch=400"],
+             ["algo=qmix", *MARL_COMMON, *MARL_REPLAY, "total_frames=400", "collector.frames_per_batch=200",
+              "trainer.epochs_per_batch=10"]),
+    "maddpg": (["algo=maddpg", *MARL_COMMON, *MARL_REPLAY, "total_frames=1600",
+                "collector.frames_per_batch=400"],
+               ["algo=maddpg", *MARL_COMMON, *MARL_REPLAY, "total_frames=400",
+                "collector.frames_per_batch=200", "trainer.epochs_per_batch=10"]),
 }
 OFFLINE_FAMILIES = ("iql", "cql", "dt", "odt")
 
@@ -179,6 +194,8 @@ def storage_misplaced(buffer: Any, device: torch.device) -> list[str]:
 def checkpoint_misplaced(path: Path, device: torch.device) -> list[str]:
     """The checkpoint's loss weights and optimiser moments not on ``device`` (0-dim ``step``: CPU ok)."""
     state = torch.load(path, weights_only=True)  # no map_location: the devices as saved
+    if not any(True for _ in tensors(state.get("loss"))):
+        return [f"checkpoint {path.name} holds no loss weights to check"]
 
     def step(p: str, t: torch.Tensor) -> bool:
         return p.endswith(".step") and t.ndim == 0 and t.device.type == "cpu"
@@ -237,6 +254,8 @@ def run_family(name: str, device: str, quick: bool, work: Path) -> Outcome:
     out.updates, out.first_losses = probe.updates, probe.first_losses or {}
     out.last_losses = _scalars(probe.last_losses)
     out.violations = probe.violations + checkpoint_misplaced(run_dir / "checkpoint.pt", probe.device)
+    if probe.updates == 0 or not out.first_losses:  # nothing seen, nothing checked: not a pass
+        out.violations.append("the probe saw no update (the run is too short to check anything)")
     return out
 
 
@@ -269,8 +288,9 @@ def compare(name: str, dev: Outcome, cpu: Outcome, exact: bool) -> list[str]:
     """Why ``dev`` does not match ``cpu`` (empty when it does), per the module's tolerances."""
     problems = []
     if exact:
-        if (dev.first_losses, dev.last_losses) != (cpu.first_losses, cpu.last_losses) or not (
-                dev.eval_return == cpu.eval_return or (math.isnan(dev.eval_return) and math.isnan(cpu.eval_return))):
+        same_return = dev.eval_return == cpu.eval_return or (
+            math.isnan(dev.eval_return) and math.isnan(cpu.eval_return))
+        if (dev.first_losses, dev.last_losses) != (cpu.first_losses, cpu.last_losses) or not same_return:
             problems.append("cpu vs cpu runs differ (they must be identical)")
         return problems
     if not math.isfinite(dev.eval_return):
