@@ -16,7 +16,8 @@ for the duration of a run so that the built run gets one more hook, ``DeviceProb
   except for the ``memmap`` backend (CPU files by design);
 * ``checkpoint.pt``, loaded with the devices it was saved with: the loss's weights and the
   optimiser's moments on the run's device (the optimiser's 0-dim ``step`` counters are CPU
-  tensors in torch unless ``capturable``/``fused``: allowed).
+  tensors in torch unless ``capturable``/``fused``, and LAMB's likewise: allowed). The
+  checkpoint's buffer rows are CPU by design (``TensorStorage.state_dict``): not checked there.
 
 Returns: the final evaluation return and the first update's losses are compared with the CPU run.
 ``--device cpu`` against CPU must be identical (asserted exactly). On another device the first
