@@ -19,13 +19,13 @@ for the duration of a run so that the built run gets one more hook, ``DeviceProb
   tensors in torch unless ``capturable``/``fused``, and LAMB's likewise: allowed). The
   checkpoint's buffer rows are CPU by design (``TensorStorage.state_dict``): not checked there.
 
-Returns: the final evaluation return and the first update's losses are compared with the CPU run.
-``--device cpu`` against CPU must be identical (asserted exactly). On another device the first
-update's losses must agree within ``LOSS_RTOL`` where the first batch does not depend on the
-device's random stream (offline families: same dataset rows); every family's final return must
-be finite, and |Δreturn| is printed with the tolerance ``RETURN_TOL`` (a fraction of the CPU
-return's magnitude plus an absolute slack): device RNG streams differ from CPU's, so trajectories
-(and returns) diverge after the first sampled action, and only gross breakage is caught.
+Returns: ``--device cpu`` against CPU must be identical (first and last losses, final return;
+asserted exactly). On another device the final return and the last losses must be finite and
+|Δreturn| within ``RETURN_TOL`` (a fraction of the CPU return's magnitude plus an absolute
+slack). Nothing tighter is sound: every random stream that matters is drawn on the device
+(actions, dropout, CQL's sampled actions, and the dataset samplers' generators, which live on
+the storage's device), and CUDA's streams differ from CPU's, so even the first batch differs;
+this catches breakage (NaNs, a run that stops learning altogether), not rounding.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from tensordict import TensorDictBase
 
 from rlrun.trainer.hooks import Hook
 
-LOSS_RTOL = 1e-3
 RETURN_TOL = (0.5, 50.0)  # |Δreturn| <= 0.5 * |cpu return| + 50
 OFFLINE = "rlrun-device-check/pendulum/random-v0"
 COMMON = ["logger=none", "progress=false", "threads=1", "seed=0", "checkpoint.buffer=true"]
@@ -59,6 +58,8 @@ MARL_COMMON = ["env=vmas/navigation", "env.num_envs=4", "eval.interval_frames=0"
 # the presets' 1M-row replay is preallocated and (checkpoint.buffer=true) saved: keep it small
 SMALL_REPLAY = ["buffer.capacity=5000"]
 MARL_REPLAY = ["buffer.capacity=5000", "buffer.batch_size=256"]
+# DT's 3-layer transformer over 64 x 20-step slices costs ~0.3 s an update on one CPU thread
+DT_FULL = ["buffer.batch_size=32", "buffer.slice_len=10"]
 # name -> (full overrides, --quick overrides); full runs are a few hundred updates at most
 FAMILIES: dict[str, tuple[list[str], list[str]]] = {
     "ppo": (["algo=ppo", "env=cartpole", "total_frames=4096", "eval.interval_frames=0"],
@@ -91,14 +92,14 @@ FAMILIES: dict[str, tuple[list[str], list[str]]] = {
                 "eval.interval_frames=0", "eval.episodes=1"]),
     "iql": (["algo=iql", *OFFLINE_COMMON, "total_updates=300"],
             ["algo=iql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "buffer.batch_size=64"]),
-    "cql": (["algo=cql", *OFFLINE_COMMON, "total_updates=200"],
+    "cql": (["algo=cql", *OFFLINE_COMMON, "total_updates=200", "buffer.batch_size=128"],
             ["algo=cql", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "buffer.batch_size=64"]),
-    "dt": (["algo=dt", *OFFLINE_COMMON, "total_updates=200", "model.max_timestep=60"],
+    "dt": (["algo=dt", *OFFLINE_COMMON, "total_updates=200", "model.max_timestep=60", *DT_FULL],
            ["algo=dt", *OFFLINE_COMMON, "total_updates=30", "eval.episodes=1", "model.hidden=16",
             "model.max_timestep=60", "buffer.slice_len=4", "buffer.batch_size=8"]),
     "odt": (["algo=odt", *OFFLINE_COMMON, "total_updates=300", "online.offline_updates=100",
              "online.updates_per_round=100", "optim.warmup_steps=20", "model.max_timestep=60",
-             "model.target_return=-100"],
+             "model.target_return=-100", *DT_FULL],
             ["algo=odt", *OFFLINE_COMMON, "total_updates=40", "online.offline_updates=20",
              "online.updates_per_round=20", "optim.warmup_steps=10", "model.hidden=16",
              "model.max_timestep=60", "buffer.slice_len=4", "buffer.batch_size=8",
@@ -298,11 +299,9 @@ def compare(name: str, dev: Outcome, cpu: Outcome, exact: bool) -> list[str]:
         problems.append(f"return {dev.eval_return} is not finite")
     elif abs(dev.eval_return - cpu.eval_return) > RETURN_TOL[0] * abs(cpu.eval_return) + RETURN_TOL[1]:
         problems.append(f"|Δreturn| {abs(dev.eval_return - cpu.eval_return):.1f} over tolerance")
-    if name in OFFLINE_FAMILIES:
-        for k, v in cpu.first_losses.items():
-            d = dev.first_losses.get(k, float("nan"))
-            if not abs(d - v) <= LOSS_RTOL * max(1.0, abs(v)):
-                problems.append(f"first update's {k} {d:.6g} vs cpu {v:.6g}")
+    bad = [k for k, v in dev.last_losses.items() if not math.isfinite(v)]
+    if bad:
+        problems.append(f"non-finite final losses: {', '.join(bad)}")
     return problems
 
 

@@ -91,3 +91,17 @@ def test_compile_is_refused_not_faked():
     done = subprocess.run([sys.executable, "-m", "rlrun.benchmarks", "device", "--device", "cpu",
                            "--compile"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "not implemented" in done.stderr
+
+
+def test_the_comparison_is_exact_on_cpu_and_catches_breakage_elsewhere():
+    from rlrun.benchmarks.device import Outcome, compare
+
+    a = Outcome("cpu", eval_return=-500.0, first_losses={"l": 1.0}, last_losses={"l": 0.5})
+    assert compare("x", a, Outcome("cpu", eval_return=-500.0, first_losses={"l": 1.0},
+                                   last_losses={"l": 0.5}), exact=True) == []
+    assert compare("x", a, Outcome("cpu", eval_return=-500.0, first_losses={"l": 1.0},
+                                   last_losses={"l": 0.5000001}), exact=True)
+    assert compare("x", Outcome("cuda", eval_return=-700.0, last_losses={"l": 0.4}), a, exact=False) == []
+    assert compare("x", Outcome("cuda", eval_return=float("nan")), a, exact=False)
+    assert compare("x", Outcome("cuda", eval_return=-1000.0), a, exact=False)  # > 0.5 * 500 + 50
+    assert compare("x", Outcome("cuda", eval_return=-500.0, last_losses={"l": float("inf")}), a, exact=False)
