@@ -63,7 +63,8 @@ class PPOKLLoss(Loss):
             "loss_critic": self.critic_coef * 0.5 * (value - td["value_target"]).pow(2).mean(),
             "loss_entropy": -self.entropy_coef * entropy,
             "kl": kl.detach(),
-            "kl_coef": torch.tensor(self.kl_coef),
+            # on the loss's device: TrainStats stacks every scalar loss output into one tensor
+            "kl_coef": torch.tensor(self.kl_coef, device=kl.device),
             "entropy": entropy.detach(),
         }
 

@@ -6,6 +6,9 @@ collectors over those worker counts).
 
 Prints a header (machine, threads, versions) and one Markdown table per
 benchmark, and writes everything, raw per-repetition times included, to JSON.
+
+``python -m rlrun.benchmarks device --device cuda [--quick]`` is the device check
+(``rlrun.benchmarks.device``): every family on the device and on CPU, tensors where they belong.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the selected benchmarks; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["device"]:  # a check with its own options and exit status, not a timing table
+        from rlrun.benchmarks.device import main as device_main
+
+        return device_main(argv[1:])
     args = parse_args(argv)
     use_huge_pages_for_large_tensors()  # as the rlrun command does, for every side
     torch.set_num_threads(1)  # rlrun's default (conf/config.yaml: threads: 1), for both sides
