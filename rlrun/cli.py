@@ -181,8 +181,13 @@ def precheck(args: list[str]) -> None:
                 key=o.key_or_group,
                 fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
                 f"+{o.key_or_group}=...")
+    deleted: list[str] = []  # Hydra applies overrides in order: `~k +k={...}` re-adds k
     for o in edit_overrides:  # Hydra refuses these too, but in 4 lines and with exit 1
-        there = OmegaConf.select(cfg, o.key_or_group, default=_NOT_FOUND) is not _NOT_FOUND
+        key = o.key_or_group
+        there = (OmegaConf.select(cfg, key, default=_NOT_FOUND) is not _NOT_FOUND
+                 and not any(key == d or key.startswith(d + ".") for d in deleted))
+        if o.is_delete():
+            deleted.append(key)
         if o.is_add() and there:
             raise ConfigError("the key exists already, so it cannot be added with +", key=o.key_or_group,
                               fix=f"drop the +: {o.key_or_group}=...")

@@ -333,7 +333,11 @@ def _init_local_ray(ray: Any, workers: int) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         ray.init(num_cpus=workers, include_dashboard=False, dashboard_host="127.0.0.1",
-                 _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False,
+                 _node_ip_address="127.0.0.1", configure_logging=False,
+                 # Ray's own daemons' lines ("(raylet) ... RpcError" when an actor dies) would follow
+                 # the run's one-line error; an actor's failure reaches the run as an exception with
+                 # its traceback, and its output stays in Ray's session logs (/tmp/ray/session_*/logs)
+                 log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": path}},
                  # no idle workers started ahead of the actors: they run no task of ours, and when Ray
                  # stops they crashed on a loaded machine (SIGSEGV in Ray's metrics thread), a report

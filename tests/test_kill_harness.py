@@ -31,11 +31,13 @@ from pathlib import Path
 
 import pytest
 
-TOTAL = 2048
+# 8 checkpoints (every 512 frames): five kills of one directory move it on by at most 7 (an exact
+# point by one, a kill near the 1st or 2nd checkpoint after the resume by two), so every planned
+# kill lands before the run ends (with 2048 frames, 17 of 23 did on a quiet machine)
+TOTAL = 4096
 DIRS = 4
-# hard bound on the whole harness (23 kills, 27 process starts; on a shared 2-core box 643 s at load 12,
-# 359 s at load 5;
-# less on an idle one, not measured; RLRUN_HARNESS_S changes it)
+# hard bound on the whole harness (23 kills, 27 process starts; on the shared 2-core box 643 s at load
+# 12, 359 s at load 5, 98 s beside one other test process; RLRUN_HARNESS_S changes it)
 HARNESS_S = float(os.environ.get("RLRUN_HARNESS_S", "900"))
 
 
@@ -105,7 +107,7 @@ def kill_plans(rng: random.Random) -> list[tuple[str, int, float, float]]:
     """Five kills of one run directory: exact points and random moments near checkpoints."""
     exact = [("checkpoint_write", 1, 60.0, 0.0), ("checkpoint_commit", 1, 60.0, 0.0),
              ("journal_send", 1, 60.0, 0.0)]
-    near = [("checkpoint_write", rng.randint(1, 3), 0.0, rng.uniform(0.0, 0.4)) for _ in range(2)]
+    near = [("checkpoint_write", rng.randint(1, 2), 0.0, rng.uniform(0.0, 0.4)) for _ in range(2)]
     plans = exact + near
     rng.shuffle(plans)
     return plans
