@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import html
+import os
 import re
 import shutil
 import subprocess
@@ -109,9 +110,10 @@ def _distinct_colours(png) -> int:
         return len(img.convert("RGB").getcolors(maxcolors=1 << 24) or [])
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
+@pytest.mark.skipif(shutil.which("chromium") is None and os.environ.get("RLRUN_REQUIRE_CHROMIUM") != "1",
                     reason="Debian's chromium is not installed (apt-get install chromium)")
 def test_page_renders_in_headless_chromium(outputs, tmp_path):
+    """As a user opens it (.ci/run installs chromium and sets RLRUN_REQUIRE_CHROMIUM=1: no skip there)."""
     shot = tmp_path / "page.png"
     done = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                            f"--screenshot={shot}", "--window-size=1400,2000",
