@@ -9,7 +9,7 @@ import pkgutil
 
 from rlrun import algos, collectors, collectors_marl, collectors_multi, exploration, sources, tracking  # noqa: F401
 from rlrun.buffers import factory  # noqa: F401
-from rlrun.envs import atari, gym, vmas  # noqa: F401
+from rlrun.envs import atari, envpool, gym, vmas  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401
 from rlrun.loggers import wandb  # noqa: F401  (imports the wandb package only when logger=wandb is built)
 from rlrun.modules import cnn, group_models, models  # noqa: F401

@@ -21,7 +21,7 @@ from typing import Any
 
 from rlrun.errors import ConfigError
 from rlrun.record.journal import JournaledLogger
-from rlrun.record.store import error_line, open_client, sqlite_path
+from rlrun.record.store import embedded_uri, error_line, open_client, sqlite_path
 from rlrun.registry import PositiveInt, register
 
 # MLflow's own telemetry would try the network; this machine class has none.
@@ -88,7 +88,7 @@ class MLflowLogger(Logger):
         root = Path(root).resolve()
         if tracking_uri is None:
             root.mkdir(parents=True, exist_ok=True)
-            tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+            tracking_uri = embedded_uri(root)
         self.tracking_uri = tracking_uri
         if tracking_uri.startswith(("http://", "https://")):
             probe_server(tracking_uri)

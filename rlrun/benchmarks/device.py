@@ -58,6 +58,18 @@ MARL_COMMON = ["env=vmas/navigation", "env.num_envs=4", "eval.interval_frames=0"
 # the presets' 1M-row replay is preallocated and (checkpoint.buffer=true) saved: keep it small
 SMALL_REPLAY = ["buffer.capacity=5000"]
 MARL_REPLAY = ["buffer.capacity=5000", "buffer.batch_size=256"]
+
+
+def _pendulum_actor_critic(algo: str) -> tuple[list[str], list[str]]:
+    """SAC's and TD3's runs (full, quick): the same Pendulum budgets for both."""
+    full = [f"algo={algo}", "env=pendulum", "total_frames=600", "collector.init_random_frames=300",
+            "collector.frames_per_batch=100", "eval.interval_frames=0", "eval.episodes=2", *SMALL_REPLAY]
+    quick = [f"algo={algo}", "env=pendulum", "total_frames=150", "collector.init_random_frames=100",
+             "collector.frames_per_batch=50", "buffer.batch_size=64", "eval.interval_frames=0",
+             "eval.episodes=1", "env.max_episode_steps=50", *SMALL_REPLAY]
+    return full, quick
+
+
 # DT's 3-layer transformer over 64 x 20-step slices costs ~0.3 s an update on one CPU thread
 DT_FULL = ["buffer.batch_size=32", "buffer.slice_len=10"]
 # name -> (full overrides, --quick overrides); full runs are a few hundred updates at most
@@ -70,18 +82,8 @@ FAMILIES: dict[str, tuple[list[str], list[str]]] = {
                ["algo=ppo_kl", "env=cartpole", "total_frames=512", "collector.frames_per_batch=256",
                 "buffer.batch_size=128", "trainer.epochs_per_batch=2", "eval.interval_frames=0",
                 "eval.episodes=1"]),
-    "sac": (["algo=sac", "env=pendulum", "total_frames=600", "collector.init_random_frames=300",
-             "collector.frames_per_batch=100",
-             "eval.interval_frames=0", "eval.episodes=2", *SMALL_REPLAY],
-            ["algo=sac", "env=pendulum", "total_frames=150", "collector.init_random_frames=100",
-             "collector.frames_per_batch=50", "buffer.batch_size=64",
-             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50", *SMALL_REPLAY]),
-    "td3": (["algo=td3", "env=pendulum", "total_frames=600", "collector.init_random_frames=300",
-             "collector.frames_per_batch=100",
-             "eval.interval_frames=0", "eval.episodes=2", *SMALL_REPLAY],
-            ["algo=td3", "env=pendulum", "total_frames=150", "collector.init_random_frames=100",
-             "collector.frames_per_batch=50", "buffer.batch_size=64",
-             "eval.interval_frames=0", "eval.episodes=1", "env.max_episode_steps=50", *SMALL_REPLAY]),
+    "sac": _pendulum_actor_critic("sac"),
+    "td3": _pendulum_actor_critic("td3"),
     "dqn": (["algo=dqn", "env=cartpole", "total_frames=1500", "collector.init_random_frames=1000",
              "eval.interval_frames=0", *SMALL_REPLAY],
             ["algo=dqn", "env=cartpole", "total_frames=400", "collector.init_random_frames=300",

@@ -53,7 +53,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlrun.envs.gym import EnvSpec, GymVecEnv, _spec
+from rlrun.envs.gym import BACKENDS, EnvSpec, GymVecEnv, _spec, set_learning_signal
 from rlrun.errors import ConfigError
 
 FIRE = 1  # ALE's index of FIRE in every minimal action set that has it (as rlrun.envs.atari)
@@ -107,12 +107,8 @@ class EnvPoolVecEnv:
                  rescale_actions: bool = True, clip_actions: bool = True,
                  make_kwargs: dict[str, Any] | None = None, reward_clip: str | None = None,
                  reward_scale: float = 1.0, seed: int = 0):
-        if reward_clip not in (None, "sign"):
-            raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="env.reward_clip",
-                              fix="use null or sign")
+        set_learning_signal(self, reward_clip, reward_scale)
         self.id, self.num_envs = id, num_envs
-        self.reward_clip, self.reward_scale = reward_clip, reward_scale
-        self.learning_terminal: np.ndarray | None = None
         self.factory = functools.partial(type(self), id, num_envs, max_episode_steps, rescale_actions,
                                          clip_actions, make_kwargs, reward_clip, reward_scale, seed)
         self._task = envpool_task(id)
@@ -288,3 +284,6 @@ def make_envpool_atari(id: str, num_envs: int, noop_max: int, frame_skip: int, s
     # EnvPool's limit counts agent steps; rlrun's key counts emulator frames (ALE's unit)
     steps = math.ceil(max_episode_steps / frame_skip) if max_episode_steps else _NO_LIMIT
     return EnvPoolAtariVecEnv(id, num_envs, terminal_on_life_loss, fire_reset, config, steps, reward_clip)
+
+
+BACKENDS["envpool"] = EnvPoolVecEnv  # env.backend=envpool for gymnasium ids (rlrun.envs.gym)

@@ -98,6 +98,16 @@ def _clip(env: gym.Env) -> gym.Env:
     return env
 
 
+def set_learning_signal(env: Any, reward_clip: str | None, reward_scale: float) -> None:
+    """Checks and sets what ``GymVecEnv.learning_reward`` reads (every backend shares it):
+    ``reward_clip``, ``reward_scale`` and ``learning_terminal`` (None: episodes end as the env says)."""
+    if reward_clip not in (None, "sign"):
+        raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="env.reward_clip",
+                          fix="use null or sign")
+    env.reward_clip, env.reward_scale = reward_clip, reward_scale
+    env.learning_terminal = None
+
+
 class GymVecEnv:
     """A gymnasium vector env that returns plain numpy arrays.
 
@@ -143,12 +153,8 @@ class GymVecEnv:
         check_make_kwargs(id, make_kwargs)  # here too: a custom id is registered only by now
         _quiet_mujoco(id)
         wrappers = _wrappers(rescale_actions, clip_actions, float32=True) + list(extra_wrappers or [])
-        if reward_clip not in (None, "sign"):
-            raise ConfigError(f"unknown reward_clip {reward_clip!r}", key="env.reward_clip",
-                              fix="use null or sign")
+        set_learning_signal(self, reward_clip, reward_scale)
         self.id, self.num_envs = id, num_envs
-        self.reward_clip, self.reward_scale = reward_clip, reward_scale
-        self.learning_terminal: np.ndarray | None = None
         # rebuilds this env in another process (multi-process collectors pickle it with cloudpickle)
         self.factory = functools.partial(GymVecEnv, id, num_envs, vectorization, max_episode_steps,
                                          rescale_actions, clip_actions, extra_wrappers, make_kwargs,
@@ -345,6 +351,13 @@ def _spec(obs_space: gym.Space, act_space: gym.Space) -> EnvSpec:
                       fix="use an env with a Discrete or 1-D Box action space")
 
 
+# Other libraries that step the same ids (``env.backend``): name -> a GymVecEnv-like class made
+# as cls(id, num_envs, max_episode_steps, rescale_actions, clip_actions, make_kwargs, reward_clip,
+# reward_scale). Their modules add themselves (rlrun.envs.envpool), imported with the components,
+# so this module imports none of them.
+BACKENDS: dict[str, Callable[..., Any]] = {}
+
+
 @register("env", "gym", check=_check_options)
 def make_gym_env(
     id: str,
@@ -366,11 +379,9 @@ def make_gym_env(
     ``backend=envpool``: the same env stepped by EnvPool (``rlrun.envs.envpool``); a render
     mode (videos) keeps gymnasium, whose sub-envs the recorder wraps.
     """
-    if backend == "envpool" and "render_mode" not in (make_kwargs or {}):
-        from rlrun.envs.envpool import EnvPoolVecEnv
-
-        return EnvPoolVecEnv(id, num_envs, max_episode_steps, rescale_actions, clip_actions,
-                             make_kwargs, reward_clip, reward_scale)
+    if backend != "gymnasium" and "render_mode" not in (make_kwargs or {}):
+        return BACKENDS[backend](id, num_envs, max_episode_steps, rescale_actions, clip_actions,
+                                 make_kwargs, reward_clip, reward_scale)
     import_env_modules(imports)
     return GymVecEnv(id, num_envs, vectorization, max_episode_steps, rescale_actions,
                      clip_actions, None, make_kwargs, reward_clip, reward_scale)

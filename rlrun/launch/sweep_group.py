@@ -45,8 +45,10 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
         return mlflow_target(members[0], cwd) if members else None
     if logger.get("name") != "mlflow":
         return None
+    from rlrun.record.store import embedded_uri
+
     root = Path(logger.get("root") or cwd or os.getcwd()).resolve()
-    return {"tracking_uri": logger.get("tracking_uri") or f"sqlite:///{root / 'mlflow.db'}",
+    return {"tracking_uri": logger.get("tracking_uri") or embedded_uri(root),
             "experiment": logger.get("experiment") or "rlrun", "root": str(root)}
 
 

@@ -32,6 +32,11 @@ from rlrun.record import pause_point
 LOCK_WAIT_S = 300.0  # a store's creation takes seconds; a holder this slow is stuck
 
 
+def embedded_uri(root: Path) -> str:
+    """The URI of the embedded store under ``root`` (``logger.root``, by default the launch dir)."""
+    return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The file of a ``sqlite:///<path>`` URI (None for other URIs and in-memory stores)."""
     if not uri.startswith("sqlite:///"):

@@ -164,11 +164,10 @@ def main(argv: list[str]) -> int:
         args.table = args.experiment.pop()  # `--experiment NAME table1`: nargs="+" took the table
     if args.sweep:  # a sweep's jobs: the children of its parent run (rlrun.launch.sweep_group)
         args.filter = " and ".join(filter(None, [args.filter, sweep_filter(args.sweep)]))
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        print(f"rlrun: error: unknown --format {','.join(bad) or args.format!r}; "
-              f"fix: use {', '.join(FORMATS)}", file=sys.stderr)
+    from rlrun.report import render
+
+    formats = render.parse_formats(args.format, FORMATS)
+    if formats is None:
         return 2
     if args.table and args.group_by:
         print(f"rlrun: error: --group-by does not apply to {args.table} (its cells are paper.algo, "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlrun.report import render
 from rlrun.report.render import md, plain
 from rlrun.report.runs import ReportError, load_runs, lookup, normalize_uri
 from rlrun.report.table import Cell, Report, dedupe_seeds, drop_failed, references, summarize
@@ -179,7 +180,7 @@ def write_html(cells: Cells, notes: list[str], out: Path, source: str = "") -> P
     """``<out>/figure2.html``: the final table, the curves per task and each cell's provenance."""
     import tempfile
 
-    from rlrun.report import page, render
+    from rlrun.report import page
 
     report = as_report(cells, notes)
     with tempfile.TemporaryDirectory() as tmp:
@@ -196,11 +197,8 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        print(f"rlrun: error: unknown --format {','.join(bad) or args.format!r}; "
-              f"fix: use {', '.join(FORMATS)}", file=sys.stderr)
+    formats = render.parse_formats(args.format, FORMATS)
+    if formats is None:
         return 2
     if args.out is None and "html" in formats:
         args.out = Path("report")

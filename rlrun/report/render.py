@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -190,3 +191,14 @@ def markdown(report: Report, plots: dict[tuple[str, ...], str] | None = None,
 def write_csv(report: Report, path: Path) -> None:
     """One row per cell with numeric columns (``table.NUMERIC``); empty where undefined."""
     csv_frame(report.to_frame()).to_csv(path, index=False)
+
+
+def parse_formats(text: str, allowed: tuple[str, ...]) -> list[str] | None:
+    """``--format``'s comma-separated list; None after printing the one-line error (exit 2)."""
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in allowed]
+    if bad or not formats:
+        print(f"rlrun: error: unknown --format {','.join(bad) or text!r}; fix: use {', '.join(allowed)}",
+              file=sys.stderr)
+        return None
+    return formats
