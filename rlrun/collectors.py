@@ -73,10 +73,11 @@ class SyncCollector:
             yield self.collect()
 
     def _random_action(self) -> dict[str, Tensor]:
-        spec, n = self.env.spec, self.env.num_envs
+        spec = self.env.spec
+        shape = (self.env.num_envs, spec.n_agents) if spec.is_group else (self.env.num_envs,)
         if spec.discrete:
-            return {"action": torch.randint(spec.action_dim, (n,), generator=self._gen)}
-        u = torch.rand(n, spec.action_dim, generator=self._gen)
+            return {"action": torch.randint(spec.action_dim, shape, generator=self._gen)}
+        u = torch.rand(*shape, spec.action_dim, generator=self._gen)
         return {"action": spec.action_low + u * (spec.action_high - spec.action_low)}
 
     def collect(self) -> TensorDict:

@@ -29,16 +29,16 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from rlrun.collectors import PolicyFn, SyncCollector
+from rlrun.contracts import key_name
+from rlrun.core.specs import GROUP, entry_key
 from rlrun.envs.vmas import VmasEnv
 from rlrun.errors import ConfigError
 from rlrun.registry import NonNegativeInt, PositiveInt, register
 
-GROUP = "agents"
-
 # What every VmasCollector batch holds (dotted names, as hooks and losses declare them).
-GROUP_COLLECTED_KEYS: frozenset[str] = frozenset({
-    "agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
-    "next.terminated", "next.truncated", "next.done", "state", "next.state", "collector.traj_ids"})
+GROUP_COLLECTED_KEYS: frozenset[str] = frozenset(key_name(entry_key(name, GROUP)) for name in (
+    "observation", "action", "next.observation", "next.reward", "next.terminated", "next.truncated",
+    "next.done", "state", "next.state", "collector.traj_ids"))
 
 
 class VmasCollector(SyncCollector):
@@ -69,13 +69,7 @@ class VmasCollector(SyncCollector):
             yield self.collect()
 
     def _random_action(self) -> dict[str, Tensor]:
-        spec, n = self.env.spec, self.env.num_envs
-        if spec.discrete:
-            action = torch.randint(spec.action_dim, (n, spec.n_agents), generator=self._gen)
-        else:
-            u = torch.rand(n, spec.n_agents, spec.action_dim, generator=self._gen)
-            action = spec.action_low + u * (spec.action_high - spec.action_low)
-        return {"action": action.to(self.device)}
+        return {"action": super()._random_action()["action"].to(self.device)}  # acts where the policy does
 
     def collect(self) -> TensorDict:
         """Runs the envs for one batch and returns it as a ``[num_envs, T]`` TensorDict."""

@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.core.specs import entry_key
+
 Key = str | tuple[str, ...]
 
 
@@ -35,6 +37,34 @@ def key_name(key: Key) -> str:
 COLLECTED_KEYS: frozenset[str] = frozenset({
     "observation", "action", "next.observation", "next.reward", "next.terminated",
     "next.truncated", "next.done", "collector.traj_ids"})
+
+
+class KeyMap:
+    """Where a loss finds each entry it reads, by name (TorchRL's ``set_keys``).
+
+    Names are dotted (``"observation"``, ``"next.reward"``). For a single agent an
+    entry lives where its name says; for an agent group (``group``) per-agent
+    entries live under the group key and shared ones at the root
+    (``rlrun.core.specs.entry_key``). ``set`` overrides single entries.
+    """
+
+    def __init__(self, group: str | None = None):
+        self.group = group
+        self._keys: dict[str, Key] = {}
+
+    def __call__(self, name: str) -> Key:
+        key = self._keys.get(name)
+        if key is None:  # resolved once per name: forward() calls this every optimiser step
+            key = self._keys[name] = entry_key(name, self.group)
+        return key
+
+    def set(self, **keys: Key) -> None:
+        """Reads entry ``name`` from ``keys[name]`` (a nested key) instead of its default place."""
+        self._keys.update(keys)
+
+    def names(self, names: Iterator[str] | tuple[str, ...]) -> tuple[str, ...]:
+        """The dotted keys of ``names`` as this map places them (what a loss declares it reads)."""
+        return tuple(key_name(self(n)) for n in names)
 
 
 class Loss(nn.Module):
@@ -52,7 +82,12 @@ class Loss(nn.Module):
         has_targets: Keeps target networks that ``update_targets`` moves
             (the ``target_update`` hook calls it).
         learns_from: ``"collector"`` (online) and/or ``"dataset"`` (offline, ``dataset=<id>``).
-        multi_agent: Trains an agent group (keys under ``agents``); needs a multi-agent env.
+        agent_layouts: What it trains: ``"single"`` (one agent, keys at the root) and/or
+            ``"group"`` (an agent group, per-agent keys under the policy's ``group``).
+            ``rlrun.agent_groups`` checks them against the env's before a run is built.
+
+    ``reads`` names entries; an instance's ``reads`` are the keys its ``keys`` map (a
+    ``KeyMap`` on its policy's group) places them at, and ``forward`` reads through it.
     """
 
     on_policy: ClassVar[bool] = False
@@ -60,11 +95,18 @@ class Loss(nn.Module):
     action_spaces: ClassVar[tuple[str, ...]] = ("discrete", "continuous")
     reads: ClassVar[tuple[str, ...]] = ("observation", "action")
     has_targets: ClassVar[bool] = False
-    multi_agent: ClassVar[bool] = False
+    agent_layouts: ClassVar[tuple[str, ...]] = ("single",)
 
     def __init__(self, policy: nn.Module):
         super().__init__()
         self.policy = policy
+        self.keys = KeyMap(getattr(policy, "group", None))
+        self.reads = self.keys.names(type(self).reads)
+
+    def set_keys(self, **keys: Key) -> None:
+        """Overrides where entries are read (``loss.set_keys(advantage=("agents", "adv"))``)."""
+        self.keys.set(**keys)
+        self.reads = self.keys.names(type(self).reads)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters by optimiser group (one optimiser each); default: one group of everything."""

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 

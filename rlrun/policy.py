@@ -5,7 +5,7 @@ reference; nothing reaches through the loss to find the actor or the critic.
 
 Examples:
     >>> import torch
-    >>> from rlrun.envs.gym import EnvSpec
+    >>> from rlrun.core.specs import EnvSpec
     >>> from rlrun.modules.models import actor_critic
     >>> policy = actor_critic(EnvSpec((4,), "float32", True, 2))
     >>> policy.act(torch.zeros(3, 4)).shape            # deterministic: the mode
@@ -36,6 +36,8 @@ class Policy(nn.Module):
         exploration: The exploration component (Gaussian, OU, epsilon-greedy) used for
             collection when the actor does not explore by itself; set by the builder.
     """
+
+    group: str | None = None  # the agent group its batch keys live under (None: a single agent, the root)
 
     def __init__(self, actor: nn.Module, critic: nn.Module | None = None,
                  normalizer: nn.Module | None = None):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from rlrun.collectors_marl import VmasCollector
-from rlrun.envs.vmas import MultiAgentSpec, MultiAgentStep
+from rlrun.core.specs import GROUP, EnvSpec
+from rlrun.envs.vmas import MultiAgentStep
 
 N_ENVS, N_AGENTS = 4, 2
 
@@ -22,7 +23,8 @@ class StaggeredGroupEnv:
 
     def __init__(self, with_state: bool):
         self.num_envs, self.n_agents, self.device = N_ENVS, N_AGENTS, torch.device("cpu")
-        self.spec = MultiAgentSpec(N_AGENTS, (2,), False, 2, state_shape=(3,) if with_state else (4,))
+        self.spec = EnvSpec((2,), "float32", False, 2, group=GROUP, n_agents=N_AGENTS,
+                            state_shape=(3,) if with_state else (4,))
         self.state_is_observations = not with_state
         self.length = torch.arange(N_ENVS) + 2
         self.t = torch.zeros(N_ENVS, dtype=torch.long)

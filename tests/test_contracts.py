@@ -30,8 +30,9 @@ def test_every_registered_loss_declares_its_capabilities():
         cls = entry.factory
         assert isinstance(cls, type) and issubclass(cls, Loss), entry.name
         assert set(cls.action_spaces) <= {"discrete", "continuous"} and cls.action_spaces, entry.name
-        group = "agents." if cls.multi_agent else ""  # an agent group's keys live under "agents"
-        assert {f"{group}observation", f"{group}action"} <= set(cls.reads), entry.name
+        assert set(cls.agent_layouts) <= {"single", "group"} and cls.agent_layouts, entry.name
+        # entries by name: the loss's key map places them (under the group key for an agent group)
+        assert {"observation", "action"} <= set(cls.reads), entry.name
 
 
 def test_built_components_meet_their_protocols(tmp_path, make_counter_env):

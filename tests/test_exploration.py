@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.exploration import make_epsilon_greedy, make_gaussian, make_ou
 

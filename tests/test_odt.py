@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from torch.distributions import Normal
 
 from rlrun.algos.dt import ODTActionLoss, decision_transformer
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.trainer.optim import OptimizerStep
 
 SPEC = EnvSpec((3,), "float32", False, 2)

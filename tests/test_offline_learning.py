@@ -103,7 +103,7 @@ def test_cql_beats_the_medium_replay_datasets_mean_return_within_3000_updates(
 def q_gap(cql_alpha: float, root, updates: int = 800) -> float:
     """Mean over the dataset of Q(s, a_data) - Q(s, a_uniform) after ``updates`` CQL updates."""
     from rlrun.algos.cql import CQLLoss
-    from rlrun.envs.gym import EnvSpec
+    from rlrun.core.specs import EnvSpec
     from rlrun.modules.networks import Actor, TwinQCritic, mlp
     from rlrun.policy import Policy
     from rlrun.sources import dataset_transitions, load_dataset

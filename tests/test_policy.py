@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.policy import Policy
 

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from rlrun.algos.sac import frozen
 from rlrun.contracts import Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
 from rlrun.registry import NonNegativeFloat, PositiveFloat, PositiveInt, Rate, register

@@ -23,7 +23,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.contracts import Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Hidden, ObservationNormalizer
 from rlrun.modules.transformer import Activation, DecisionTransformer, DTLoss, ODTLoss, RollingContext

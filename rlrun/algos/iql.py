@@ -24,7 +24,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.contracts import Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Activation, Hidden, ValueCritic, mlp, polyak_update, target_copy
 from rlrun.policy import Policy

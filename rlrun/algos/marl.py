@@ -1,12 +1,10 @@
-"""The multi-agent algorithms as registered losses on the one loop: MAPPO/IPPO, MADDPG/IDDPG, IQL/VDN/QMIX.
+"""The losses only agent groups have, on the one loop: MADDPG/IDDPG and IQL/VDN/QMIX.
 
-Each wraps the agent-dim losses of ``rlrun.algos.marl_losses`` (or, for
-MADDPG/IDDPG, defines its own) around a ``GroupPolicy`` and declares what it
-reads, under the group key, so the hook wiring checks multi-agent runs as it
-does single-agent ones. ``multiagent_gae`` is GAE over the agent dim as a hook.
+MAPPO and IPPO are PPO's own loss (``rlrun.algos.ppo``) on a group policy. The
+losses here read their entries through their key map (``Loss.keys``), which a
+``GroupPolicy`` places under the group key, so the hook wiring checks multi-agent
+runs as it does single-agent ones. ``multiagent_gae`` is GAE over the agent dim as a hook.
 
-- ``marl_ppo``: MAPPO with a centralised critic (``model.centralised=true``),
-  IPPO with a decentralised one; the loss is the same.
 - ``maddpg``: deterministic policy gradient per agent through a Q critic
   (centralised: MADDPG; decentralised: IDDPG), polyak targets.
 - ``marl_q``: per-agent Q-learning with ``mixer`` none (IQL), vdn or qmix.
@@ -20,18 +18,18 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
+from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.sac import frozen
 from rlrun.contracts import Loss
+from rlrun.core.specs import GROUP as AGENTS
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.objectives.gae import warm_up
 from rlrun.objectives.multiagent_gae import multiagent_gae
-from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
+from rlrun.registry import Fraction, register
 from rlrun.trainer.hooks import IO, Hook
-
-AGENTS = "agents"
 
 
 def _group_policy(policy: Any, loss: str) -> GroupPolicy:
@@ -42,44 +40,13 @@ def _group_policy(policy: Any, loss: str) -> GroupPolicy:
     return policy
 
 
-@register("loss", "marl_ppo")
-class GroupPPOLoss(Loss):
-    """PPO-clip per agent (MAPPO with a centralised critic, IPPO with a decentralised one).
-
-    Reads ``agents.observation``, ``agents.action``, ``agents.sample_log_prob``
-    (collection) and ``agents.advantage``, ``agents.value_target`` (``multiagent_gae``).
-
-    Args:
-        policy: A ``GroupPolicy`` with a ``GroupActor`` and a ``GroupMLP`` V critic.
-        clip_epsilon: Ratio clip range.
-        entropy_coef: Weight of the entropy bonus.
-        critic_coef: Weight of the value loss.
-        normalize_advantage: Standardise advantages per minibatch (all agents together).
-    """
-
-    on_policy = True
-    multi_agent = True
-    reads = ("agents.observation", "agents.action", "agents.sample_log_prob", "agents.advantage",
-             "agents.value_target")
-
-    def __init__(self, policy: GroupPolicy, clip_epsilon: PositiveFloat = 0.2,
-                 entropy_coef: NonNegativeFloat = 0.0,
-                 critic_coef: NonNegativeFloat = 1.0, normalize_advantage: bool = True):
-        super().__init__(_group_policy(policy, "marl_ppo"))
-        self.ppo = MultiAgentPPOLoss(policy.actor, policy.critic, clip_epsilon, entropy_coef, critic_coef,
-                                     normalize_advantage)
-
-    def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        return self.ppo(td)
-
-
 @register("loss", "marl_q")
 class GroupQLoss(Loss):
     """TD loss of per-agent Q values: IQL (``mixer: none``), VDN (``vdn``) or QMIX (``qmix``).
 
     Args:
         policy: A ``GroupPolicy`` whose critic is the per-agent Q ``GroupMLP``.
-        spec: The env's ``MultiAgentSpec`` (QMIX's state size).
+        spec: The env's group ``EnvSpec`` (QMIX's state size).
         gamma: Discount (the run's top-level ``gamma``).
         mixer: ``none``, ``vdn`` or ``qmix``.
         double: Double-DQN action selection in the target.
@@ -88,19 +55,19 @@ class GroupQLoss(Loss):
     """
 
     action_spaces = ("discrete",)
-    multi_agent = True
+    agent_layouts = ("group",)
     has_targets = True
-    reads = ("agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
-             "next.terminated")  # QMIX adds the global state (state, next.state)
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
+    # QMIX adds the global state (state, next.state)
 
-    def __init__(self, policy: GroupPolicy, spec: Any, gamma: float, mixer: str = "none",
+    def __init__(self, policy: GroupPolicy, spec: EnvSpec, gamma: float, mixer: str = "none",
                  double: bool = True, loss: str = "l2", tau: Fraction = 0.005):
         super().__init__(_group_policy(policy, "marl_q"))
-        state = spec.state_shape[0] if getattr(spec, "state_shape", ()) else None
+        state = spec.state_shape[0] if spec.state_shape else None
         self.td = MultiAgentQLoss(policy.critic, make_q_mixer(mixer, spec.n_agents, state), gamma, double,
-                                  loss, tau)
+                                  loss, tau, self.keys)
         if mixer == "qmix":
-            self.reads = (*type(self).reads, "state", "next.state")
+            self.reads = (*self.reads, *self.keys.names(("state", "next.state")))
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         mixer = self.td.mixer
@@ -132,10 +99,9 @@ class MADDPGLoss(Loss):
     """
 
     action_spaces = ("continuous",)
-    multi_agent = True
+    agent_layouts = ("group",)
     has_targets = True
-    reads = ("agents.observation", "agents.action", "next.agents.observation", "next.agents.reward",
-             "next.terminated")
+    reads = ("observation", "action", "next.observation", "next.reward", "next.terminated")
 
     def __init__(self, policy: GroupPolicy, gamma: float, tau: Fraction = 0.005):
         super().__init__(_group_policy(policy, "maddpg"))
@@ -151,13 +117,13 @@ class MADDPGLoss(Loss):
                 "critic": list(self.policy.critic.parameters())}
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        actor, critic = self.policy.actor, self.policy.critic
-        obs, action = td[AGENTS, "observation"].float(), td[AGENTS, "action"]
+        actor, critic, key = self.policy.actor, self.policy.critic, self.keys
+        obs, action = td[key("observation")].float(), td[key("action")]
         with torch.no_grad():
-            next_obs = td["next", AGENTS, "observation"].float()
+            next_obs = td[key("next.observation")].float()
             next_q = self.target_critic(next_obs, self.target_actor.act(next_obs))  # [*B, n]
-            not_terminal = (~td["next", "terminated"]).float()  # [*B, 1]: shared, broadcast over agents
-            target = td["next", AGENTS, "reward"].squeeze(-1) + self.gamma * not_terminal * next_q
+            not_terminal = (~td[key("next.terminated")]).float()  # [*B, 1]: shared, broadcast over agents
+            target = td[key("next.reward")].squeeze(-1) + self.gamma * not_terminal * next_q
         q = critic(obs, action)
         n = obs.shape[-2]
         # joint[..., i, j] = mu_j(o_j) if j == i else a_j: agent i's row replaces only its own action

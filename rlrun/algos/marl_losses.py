@@ -1,18 +1,15 @@
-"""Multi-agent losses over an agent dim: the PPO family (MAPPO, IPPO) and the Q family (IQL, VDN, QMIX).
+"""The Q family's loss over an agent dim (IQL, VDN, QMIX: one TD loss with no mixer, VDN's or QMIX's).
 
-Keys (the agent-group layout; ``*B`` is any batch shape, e.g. ``[env, time]`` or a minibatch):
+Keys (the agent-group layout of ``rlrun.core.specs``, read through a ``KeyMap``;
+``*B`` is any batch shape, e.g. ``[env, time]`` or a minibatch):
 
-- group data under ``"agents"`` with the agent dim after ``*B``:
-  ``("agents", "observation") [*B, n, obs]``, ``("agents", "action") [*B, n]`` (discrete)
-  or ``[*B, n, act]``, ``("agents", "sample_log_prob") [*B, n]``,
-  ``("agents", "advantage")`` and ``("agents", "value_target") [*B, n]``,
+- per-agent data under the group key with the agent dim after ``*B``:
+  ``("agents", "observation") [*B, n, obs]``, ``("agents", "action") [*B, n]``,
   ``("next", "agents", "observation")``, ``("next", "agents", "reward") [*B, n, 1]``;
 - shared data at the root: ``("next", "terminated") [*B, 1]``, ``"state"`` and
   ``("next", "state") [*B, state]`` (QMIX only).
 
-MAPPO and IPPO are the same loss: they differ only in whether the critic
-(a ``GroupMLP``) is centralised. IQL, VDN and QMIX are the same TD loss with no
-mixer, ``VDNMixer`` or ``QMixer``.
+MAPPO and IPPO are PPO's loss (``rlrun.algos.ppo``) on group keys.
 """
 
 from __future__ import annotations
@@ -21,61 +18,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.algos.ppo import clipped_surrogate
+from rlrun.contracts import KeyMap
+from rlrun.core.specs import GROUP
 from rlrun.errors import ConfigError
-from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
+from rlrun.modules.multiagent import GroupMLP, QMixer, VDNMixer
 from rlrun.modules.networks import polyak_update, target_copy
-
-AGENTS = "agents"
-
-
-class MultiAgentPPOLoss(nn.Module):
-    """PPO-clip per agent, averaged over samples and agents.
-
-    Each agent's ratio ``pi_i(a_i|o_i) / pi_old(a_i|o_i)`` is clipped on its own
-    (the independent ratios of IPPO and MAPPO, Yu et al. 2022), with that agent's
-    advantage. Advantages are standardised over the whole minibatch, all agents
-    together.
-
-    Args:
-        actor: Per-agent policy.
-        critic: ``GroupMLP`` with one output per agent; ``centralised=True`` is MAPPO,
-            ``False`` IPPO.
-        clip_epsilon: Ratio clip range.
-        entropy_coef: Weight of the entropy bonus.
-        critic_coef: Weight of the value loss (0.5 * squared error).
-        normalize_advantage: Standardise advantages per minibatch.
-    """
-
-    def __init__(self, actor: GroupActor, critic: GroupMLP, clip_epsilon: float = 0.2,
-                 entropy_coef: float = 0.0, critic_coef: float = 1.0, normalize_advantage: bool = True):
-        super().__init__()
-        if critic.out_dim != 1:
-            raise ConfigError(f"the critic has {critic.out_dim} outputs per agent, not 1",
-                              key="model.critic", fix="build the critic GroupMLP with out_dim=1")
-        self.actor, self.critic = actor, critic
-        self.clip_epsilon, self.entropy_coef, self.critic_coef = clip_epsilon, entropy_coef, critic_coef
-        self.normalize_advantage = normalize_advantage
-
-    def value(self, obs: Tensor) -> Tensor:
-        """``V_i [*B, n_agents]`` from ``obs [*B, n_agents, obs_dim]`` (for GAE)."""
-        return self.critic(obs.float()).squeeze(-1)
-
-    def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        obs = td[AGENTS, "observation"]
-        dist = self.actor.dist(obs)
-        out = clipped_surrogate(dist.log_prob(td[AGENTS, "action"]) - td[AGENTS, "sample_log_prob"],
-                                td[AGENTS, "advantage"], self.clip_epsilon, self.normalize_advantage)
-        entropy = dist.entropy().mean()
-        value_error = 0.5 * (self.value(obs) - td[AGENTS, "value_target"]).pow(2).mean()
-        return {
-            "loss_objective": out["loss_objective"],
-            "loss_critic": self.critic_coef * value_error,
-            "loss_entropy": -self.entropy_coef * entropy,
-            "entropy": entropy.detach(),
-            "approx_kl": out["approx_kl"],
-            "clip_fraction": out["clip_fraction"],
-        }
 
 
 class MultiAgentQLoss(nn.Module):
@@ -96,11 +43,13 @@ class MultiAgentQLoss(nn.Module):
         double: Double-DQN action selection.
         loss: ``"l2"`` (squared error) or ``"huber"``.
         tau: Target update rate per ``update_targets`` call (1.0: hard copy).
+        keys: Where the entries are (default: the group ``GROUP``'s layout).
     """
 
     def __init__(self, qnet: GroupMLP, mixer: nn.Module | None = None, gamma: float = 0.9,
-                 double: bool = True, loss: str = "l2", tau: float = 1.0):
+                 double: bool = True, loss: str = "l2", tau: float = 1.0, keys: KeyMap | None = None):
         super().__init__()
+        self.key = keys if keys is not None else KeyMap(GROUP)
         if loss not in ("l2", "huber"):
             raise ConfigError(f"unknown loss {loss!r}", key="loss.loss", fix="use l2 or huber")
         self.qnet, self.mixer = qnet, mixer
@@ -113,19 +62,20 @@ class MultiAgentQLoss(nn.Module):
         return q if mixer is None else mixer(q, state)
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        q_all = self.qnet(td[AGENTS, "observation"].float())  # [*B, n, A]
-        q = q_all.gather(-1, td[AGENTS, "action"].long().unsqueeze(-1)).squeeze(-1)  # [*B, n]
-        state = td["state"] if self._needs_state else None
+        key = self.key
+        q_all = self.qnet(td[key("observation")].float())  # [*B, n, A]
+        q = q_all.gather(-1, td[key("action")].long().unsqueeze(-1)).squeeze(-1)  # [*B, n]
+        state = td[key("state")] if self._needs_state else None
         q_pred = self._mix(self.mixer, q, state)  # [*B, n] (IQL) or [*B]
         with torch.no_grad():
-            next_obs = td["next", AGENTS, "observation"].float()
+            next_obs = td[key("next.observation")].float()
             next_target = self.target_qnet(next_obs)
             chooser = self.qnet(next_obs) if self.double else next_target
             next_q = next_target.gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)
-            next_state = td["next", "state"] if self._needs_state else None
+            next_state = td[key("next.state")] if self._needs_state else None
             next_v = self._mix(self.target_mixer, next_q, next_state)
-            reward = td["next", AGENTS, "reward"].squeeze(-1)  # [*B, n]
-            not_terminal = (~td["next", "terminated"]).float()  # [*B, 1]: broadcasts over agents
+            reward = td[key("next.reward")].squeeze(-1)  # [*B, n]
+            not_terminal = (~td[key("next.terminated")]).float()  # [*B, 1]: broadcasts over agents
             if self.mixer is not None:
                 reward, not_terminal = reward.mean(-1), not_terminal.squeeze(-1)
             target = reward + self.gamma * not_terminal * next_v

@@ -3,6 +3,12 @@
 The config (``conf/algo/ppo.yaml``) wires it up: GAE recomputed at every epoch
 (as the paper's PPO does), the flattened batch iterated in shuffled
 minibatches without replacement, one Adam over actor and critic.
+
+MAPPO and IPPO (``conf/algo/mappo.yaml``, ``ippo.yaml``) are this loss on an agent
+group: it reads its entries through its key map (``Loss.keys``), which a group
+policy places under the group key, and the per-agent ratios, advantages and values
+carry one more batch dim, the agents'. Whether the critic is centralised (MAPPO) or
+not (IPPO) is the model's (``group_actor_critic``), not the loss's.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ class PPOLoss(Loss):
     """PPO-clip: surrogate objective + critic_coef * value loss - entropy_coef * entropy.
 
     Reads ``observation``, ``action``, ``sample_log_prob`` (from collection),
-    ``advantage`` and ``value_target`` (from GAE).
+    ``advantage`` and ``value_target`` (from GAE), per agent for an agent group.
 
     Args:
-        policy: An ``actor`` and a V ``critic``.
+        policy: An ``actor`` and a V ``critic`` (a ``GroupPolicy`` for an agent group:
+            each agent's ratio is clipped on its own, Yu et al. 2022).
         clip_epsilon: Ratio clip range.
         entropy_coef: Weight of the entropy bonus.
         critic_coef: Weight of the value loss.
@@ -34,6 +41,7 @@ class PPOLoss(Loss):
     """
 
     on_policy = True
+    agent_layouts = ("single", "group")
     reads = ("observation", "action", "sample_log_prob", "advantage", "value_target")
 
     def __init__(self, policy: Policy, clip_epsilon: PositiveFloat = 0.2,
@@ -46,21 +54,25 @@ class PPOLoss(Loss):
                               fix="use l2 or smooth_l1")
         if policy.critic is None:
             raise ConfigError("PPO needs a value critic", key="model.name", fix="use model=actor_critic")
+        outputs = getattr(policy.critic, "out_dim", 1)
+        if outputs != 1:
+            raise ConfigError(f"the critic has {outputs} outputs per agent, not 1", key="model.critic",
+                              fix="build the critic GroupMLP with out_dim=1")
         self.clip_epsilon, self.entropy_coef, self.critic_coef = clip_epsilon, entropy_coef, critic_coef
         self.normalize_advantage, self.critic_loss = normalize_advantage, critic_loss
 
     def forward(self, td: TensorDict) -> dict[str, Tensor]:
-        actor, critic = self.policy.actor, self.policy.critic
-        obs = td["observation"]
-        dist = actor.dist(obs)
-        out = clipped_surrogate(dist.log_prob(td["action"]) - td["sample_log_prob"], td["advantage"],
-                                self.clip_epsilon, self.normalize_advantage)
+        key = self.keys
+        obs = td[key("observation")]
+        dist = self.policy.actor.dist(obs)
+        out = clipped_surrogate(dist.log_prob(td[key("action")]) - td[key("sample_log_prob")],
+                                td[key("advantage")], self.clip_epsilon, self.normalize_advantage)
         entropy = dist.entropy().mean()
-        value = critic(obs)
+        value = self.policy.value(obs)
         if self.critic_loss == "l2":
-            value_error = 0.5 * (value - td["value_target"]).pow(2).mean()
+            value_error = 0.5 * (value - td[key("value_target")]).pow(2).mean()
         else:
-            value_error = nn.functional.smooth_l1_loss(value, td["value_target"])
+            value_error = nn.functional.smooth_l1_loss(value, td[key("value_target")])
         return {
             "loss_objective": out["loss_objective"],
             "loss_critic": self.critic_coef * value_error,
@@ -75,7 +87,7 @@ def clipped_surrogate(log_ratio: Tensor, adv: Tensor, clip_epsilon: float,
                       normalize_advantage: bool) -> dict[str, Tensor]:
     """PPO's clipped surrogate ``-E[min(r A, clip(r, 1 - eps, 1 + eps) A)]`` over any batch shape.
 
-    Shared by the single-agent loss and the multi-agent one (an agent dim is one more batch dim).
+    Any batch shape: for an agent group the agent dim is one more batch dim.
     Returns ``loss_objective`` and the diagnostics ``approx_kl`` (Schulman's low-variance
     estimator) and ``clip_fraction``.
     """

@@ -18,7 +18,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.contracts import Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
 from rlrun.policy import Policy
 from rlrun.registry import PositiveFloat, Rate, register

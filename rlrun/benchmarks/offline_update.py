@@ -33,7 +33,7 @@ from torch.distributions import Normal
 from rlrun.algos.iql import IQLLoss
 from rlrun.benchmarks.common import interleave, median, ratio, table
 from rlrun.benchmarks.update import ACT, BATCH, OBS, POOL, _guard, _mlp, sac_batches
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_twin_q
 from rlrun.trainer.optim import OptimizerStep
 

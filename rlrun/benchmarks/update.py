@@ -28,7 +28,7 @@ from torch.distributions import Categorical, Normal
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.sac import SACLoss
 from rlrun.benchmarks.common import interleave, median, ratio, table
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q
 from rlrun.trainer.builtins import DivergenceGuard
 from rlrun.trainer.optim import OptimizerStep

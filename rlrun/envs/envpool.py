@@ -53,7 +53,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlrun.envs.gym import BACKENDS, EnvSpec, GymVecEnv, _spec, set_learning_signal
+from rlrun.core.specs import EnvSpec
+from rlrun.envs.gym import BACKENDS, GymVecEnv, _spec, set_learning_signal
 from rlrun.errors import ConfigError
 
 FIRE = 1  # ALE's index of FIRE in every minimal action set that has it (as rlrun.envs.atari)

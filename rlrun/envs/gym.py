@@ -29,7 +29,6 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -37,28 +36,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import Footprint, PositiveFloat, PositiveInt, register
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What networks and buffers need to know about an env.
-
-    Attributes:
-        observation_shape: Shape of one observation.
-        observation_dtype: Numpy dtype of observations (float32 or uint8).
-        discrete: True for a Discrete action space.
-        action_dim: Number of actions (discrete) or action vector size.
-        action_low, action_high: Bounds the policy acts in (after rescaling).
-    """
-
-    observation_shape: tuple[int, ...]
-    observation_dtype: np.dtype
-    discrete: bool
-    action_dim: int
-    action_low: float = -1.0
-    action_high: float = 1.0
 
 
 def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[Callable]:

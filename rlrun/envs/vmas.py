@@ -6,8 +6,8 @@ so the adapter keeps everything a tensor on the env's device: actions go in as
 one ``[num_envs, n_agents, ...]`` tensor, observations and rewards come back
 stacked along an agent dim, and no step converts to or from numpy.
 
-Layout (what the agent-group contract stores under ``("agents", ...)`` and at
-the root):
+Layout (what the agent-group contract stores under ``(GROUP, ...)`` and at
+the root, ``rlrun.core.specs``):
 
 - observations ``[num_envs, n_agents, obs_dim]`` and rewards ``[num_envs, n_agents]``
   belong to the agent group;
@@ -27,12 +27,13 @@ final observation is returned in ``next_obs``, as ``GymVecEnv`` does.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from rlrun.core.specs import GROUP, EnvSpec
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import Footprint, PositiveInt, register
 
@@ -45,28 +46,6 @@ from rlrun.registry import Footprint, PositiveInt, register
 # 0 stay, 1 decrement, 2 increment per axis); ``discrete_actions=9`` passes VMAS's own.
 PAPER_DISCRETE_ACTIONS = 5
 _FIVE_TO_NINE = (0, 3, 6, 1, 2)  # stay, -x, +x, -y, +y
-
-
-@dataclass(frozen=True)
-class MultiAgentSpec:
-    """What group networks and buffers need to know about a multi-agent env.
-
-    Attributes:
-        n_agents: Number of agents in the group.
-        observation_shape: Shape of one agent's observation.
-        discrete: True for discrete actions (an index per agent).
-        action_dim: Number of actions (discrete) or action vector size per agent.
-        action_low, action_high: Bounds the policy acts in (after rescaling).
-        state_shape: Shape of the global state (QMIX's mixer input).
-    """
-
-    n_agents: int
-    observation_shape: tuple[int, ...]
-    discrete: bool
-    action_dim: int
-    action_low: float = -1.0
-    action_high: float = 1.0
-    state_shape: tuple[int, ...] = ()
 
 
 class MultiAgentStep(NamedTuple):
@@ -176,7 +155,7 @@ class VmasEnv:
             if not unit:
                 self._low, self._high = low, high
 
-    def _spec(self, discrete_actions: int) -> MultiAgentSpec:
+    def _spec(self, discrete_actions: int) -> EnvSpec:
         obs_shapes = {tuple(s.shape) for s in self.env.observation_space}
         act_spaces = {repr(s) for s in self.env.action_space}
         if len(obs_shapes) != 1 or len(act_spaces) != 1:
@@ -194,8 +173,8 @@ class VmasEnv:
             action_dim = discrete_actions
         state_shape = (self.n_agents * obs_shape[0],) if not self._has_state else tuple(
             self.env.scenario.state().shape[1:])
-        return MultiAgentSpec(self.n_agents, obs_shape, not self.continuous, action_dim, low, high,
-                              state_shape)
+        return EnvSpec(obs_shape, np.dtype(np.float32), not self.continuous, action_dim, low, high,
+                       group=GROUP, n_agents=self.n_agents, state_shape=state_shape)
 
     def _check_nine_actions(self) -> None:
         for agent in self.env.agents:
@@ -293,4 +272,4 @@ def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3
                    **(scenario_kwargs or {}))
 
 
-make_vmas_env.multi_agent = True  # the env is an agent group: only multi-agent algorithms take it
+make_vmas_env.agent_layouts = ("group",)  # the env is an agent group (rlrun.agent_groups checks the rest)

@@ -20,7 +20,7 @@ import weakref
 import torch
 from torch import Tensor, nn
 
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.models import GreedyActor, QNetwork
 from rlrun.modules.networks import Actor, ValueCritic

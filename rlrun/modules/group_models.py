@@ -1,7 +1,7 @@
 """Model factories for agent groups: the networks of MAPPO/IPPO, MADDPG/IDDPG and the Q family.
 
 Each returns a ``GroupPolicy`` (a ``Policy`` whose batch keys live under
-``("agents", ...)``), built from the env's ``MultiAgentSpec``. Two switches
+``(GROUP, ...)``), built from the env's group ``EnvSpec``. Two switches
 cover the family (``rlrun.modules.multiagent.GroupMLP``):
 
 - ``share_params``: one parameter set for every agent (all algorithms but MADDPG,
@@ -16,22 +16,23 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlrun.envs.vmas import MultiAgentSpec
+from rlrun.core.specs import GROUP, EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupActor, GroupMLP
 from rlrun.modules.networks import Activation, Hidden
 from rlrun.policy import Policy
 from rlrun.registry import register
 
-GROUP = "agents"
-
 
 class GroupPolicy(Policy):
     """A ``Policy`` for one agent group: observations ``[..., n_agents, obs]``, values ``[..., n_agents]``.
 
     What it writes into a collected step lives under the group key, so its
-    behaviour keys are ``agents.action`` and ``agents.sample_log_prob``.
+    behaviour keys are ``agents.action`` and ``agents.sample_log_prob``; losses
+    read its keys through ``group`` (``rlrun.contracts.Loss.keys``).
     """
+
+    group = GROUP
 
     def behaviour_keys(self, explore: bool = True) -> set[str]:
         return {f"{GROUP}.{k}" for k in super().behaviour_keys(explore)}
@@ -87,9 +88,9 @@ class GroupQ(nn.Module):
         return self.net(torch.cat([obs.float(), action.float()], -1)).squeeze(-1)
 
 
-def group_spec(spec: object, model: str) -> MultiAgentSpec:
+def group_spec(spec: EnvSpec, model: str) -> EnvSpec:
     """The env's spec, refused with the fix when the env is not an agent group."""
-    if not isinstance(spec, MultiAgentSpec):
+    if not spec.is_group:
         raise ConfigError(f"model={model} is for agent groups, but this env is single-agent", key="env",
                           fix="use a multi-agent env (env=vmas/navigation, vmas/balance, vmas/sampling) "
                           "or a single-agent algorithm (`rlrun list algo`)")
@@ -100,7 +101,7 @@ def group_spec(spec: object, model: str) -> MultiAgentSpec:
 
 
 @register("model", "group_actor_critic")
-def group_actor_critic(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
+def group_actor_critic(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                        share_params: bool = True, centralised: bool = True, init_log_std: float = 0.0,
                        orthogonal_init: bool = True) -> GroupPolicy:
     """Per-agent actor and V critic for MAPPO (``centralised: true``) and IPPO (``false``)."""
@@ -114,7 +115,7 @@ def group_actor_critic(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activa
 
 
 @register("model", "group_actor_q")
-def group_actor_q(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
+def group_actor_q(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                   share_params: bool = False, centralised: bool = True) -> GroupPolicy:
     """Deterministic per-agent actor and Q critic: MADDPG (``centralised: true``, no sharing), IDDPG."""
     spec = group_spec(spec, "group_actor_q")
@@ -129,7 +130,7 @@ def group_actor_q(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation:
 
 
 @register("model", "group_qnet")
-def group_qnet(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
+def group_qnet(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                share_params: bool = True) -> GroupPolicy:
     """Per-agent Q-network over discrete actions, acting greedily (independent Q-learning, VDN, QMIX)."""
     spec = group_spec(spec, "group_qnet")
@@ -141,3 +142,8 @@ def group_qnet(spec: MultiAgentSpec, hidden: Hidden = (256, 256), activation: Ac
     q = GroupMLP(spec.n_agents, spec.observation_shape[0], spec.action_dim, list(hidden), activation,
                  share_params)
     return GroupPolicy(GreedyGroupActor(q), q)
+
+
+# what rlrun.agent_groups checks against the env before anything is built
+for _factory in (group_actor_critic, group_actor_q, group_qnet):
+    _factory.agent_layouts = ("group",)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import (
     Activation,

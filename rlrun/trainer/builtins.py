@@ -88,10 +88,7 @@ def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
         hooks["linear_lr"] = (LinearLR(), "built in: optim.lr_schedule=linear")
     hooks["train_stats"] = (TrainStats(), "built in: metrics")
     seed = cfg.seed + EVAL_SEED_OFFSET
-    evaluator_class = Evaluator
-    if hasattr(eval_env, "n_agents"):  # an agent group (VMAS): evaluated in torch, team returns
-        from rlrun.trainer.group_evaluation import GroupEvaluator as evaluator_class
-    evaluator = evaluator_class(eval_env, cfg.eval.episodes, seed=seed, device=device)
+    evaluator = Evaluator(eval_env, cfg.eval.episodes, seed=seed, device=device)  # an agent group too
     interval = cfg.eval.interval_updates if unit == "updates" else cfg.eval.interval_frames
     hooks["evaluation"] = (Evaluation(evaluator, interval, cfg.eval.get("target_return")),
                            f"built in: eval.* (every eval.interval_{unit})")

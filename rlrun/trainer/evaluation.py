@@ -20,21 +20,27 @@ class Evaluator:
     Each sub-env plays its share of the episodes; extra episodes a sub-env
     starts after finishing its share are ignored, so the result does not depend
     on which env finishes first. Every evaluation resets with the same seed.
+    An episode's return is the env's reward summed; for an agent group
+    (``env.spec.is_group``) it is the team's: the agents' mean reward summed
+    (what the training statistics and the paper's Figure 2 report).
 
     Args:
-        env: The evaluation env (not the training one).
+        env: The evaluation env (not the training one): a gymnasium vector env (numpy
+            arrays) or a VMAS group (tensors on its device); both step as
+            ``(next_obs, reward, terminated, truncated, obs, ...)``.
         episodes: Episodes per evaluation.
         seed: Reset seed of every evaluation.
     """
 
-    def __init__(self, env: GymVecEnv, episodes: int, seed: int, device: str = "cpu"):
+    def __init__(self, env: GymVecEnv | Any, episodes: int, seed: int, device: str = "cpu"):
         self.env, self.episodes, self.seed, self.device = env, episodes, seed, device
         n = env.num_envs
         self.quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
+        self.group = getattr(env, "spec", None) is not None and env.spec.is_group
 
     def evaluate(self, act: Callable[[Tensor], Tensor], max_steps: int = 1_000_000,
                  context: Any = None) -> np.ndarray:
-        """Returns the episode returns (raw env rewards).
+        """Returns the episode returns (raw env rewards; the team's for an agent group).
 
         Args:
             act: Observations to deterministic actions.
@@ -45,30 +51,33 @@ class Evaluator:
         """
         n = self.env.num_envs
         obs = self.env.reset(seed=self.seed)
+        numpy_env = isinstance(obs, np.ndarray)  # gymnasium's arrays; VMAS stays in torch on its device
+        env_device = torch.device("cpu") if numpy_env else obs.device
         if context is not None:
             context.reset_context()
-        running = np.zeros(n)
-        counts = np.zeros(n, dtype=np.int64)
-        returns: list[float] = []
+        quota = torch.as_tensor(self.quota, device=env_device)
+        running = torch.zeros(n, dtype=torch.float64, device=env_device)
+        counts = torch.zeros(n, dtype=torch.long, device=env_device)
+        returns: list[Tensor] = []
         for _ in range(max_steps):
             with torch.inference_mode():
-                action_t = act(torch.from_numpy(obs).to(self.device))
-            action = action_t.cpu().numpy()
-            _, reward, terminated, truncated, obs = self.env.step(action)
+                action_t = act(torch.as_tensor(obs).to(self.device))
+            action = action_t.cpu().numpy() if numpy_env else action_t.to(env_device)
+            _, reward, terminated, truncated, obs = self.env.step(action)[:5]
+            reward, done = torch.as_tensor(reward), torch.as_tensor(terminated | truncated)
             if context is not None:
                 with torch.inference_mode():
-                    context.record(action_t, torch.from_numpy(reward),
-                                   torch.from_numpy(terminated | truncated))
-            active = counts < self.quota
-            running += reward * active
-            ended = (terminated | truncated) & active
-            if ended.any():
-                returns.extend(running[ended].tolist())
+                    context.record(action_t, reward, done)
+            active = counts < quota
+            running += (reward.mean(-1) if self.group else reward) * active
+            ended = done & active
+            if ended.any():  # VMAS syncs on episode ends every step anyway
+                returns.append(running[ended].clone())
                 running[ended] = 0.0
                 counts += ended
-                if (counts >= self.quota).all():
+                if bool((counts >= quota).all()):
                     break
-        return np.asarray(returns)
+        return torch.cat(returns).cpu().numpy() if returns else np.zeros(0)
 
     def close(self) -> None:
         self.env.close()

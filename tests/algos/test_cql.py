@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.cql import CQLLoss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import TwinQCritic
 from rlrun.policy import Policy
 

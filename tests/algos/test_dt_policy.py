@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from rlrun.algos.dt import DatasetSlices, DTActionLoss, DTPolicy, ODTActionLoss, decision_transformer
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.transformer import RollingContext
 

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.impala import IMPALALoss, VTrace
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.models import actor_critic
 

@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.iql import IQLLoss, dataset_log_prob, expectile_loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
 from rlrun.policy import Policy

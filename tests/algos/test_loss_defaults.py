@@ -20,7 +20,7 @@ from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.sac import SACLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "loss"

@@ -10,14 +10,18 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss, MultiAgentGAE
-from rlrun.algos.marl_losses import MultiAgentPPOLoss
-from rlrun.envs.vmas import MultiAgentSpec
+from rlrun.algos.marl import GroupQLoss, MADDPGLoss, MultiAgentGAE
+from rlrun.algos.ppo import PPOLoss
+from rlrun.core.specs import GROUP, EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy, group_actor_critic, group_actor_q, group_qnet
 
-SPEC = MultiAgentSpec(n_agents=3, observation_shape=(4,), discrete=False, action_dim=2, state_shape=(12,))
-DISCRETE = MultiAgentSpec(n_agents=3, observation_shape=(4,), discrete=True, action_dim=5, state_shape=(12,))
+SPEC = EnvSpec((4,), "float32", False, 2, group=GROUP, n_agents=3, state_shape=(12,))
+DISCRETE = EnvSpec((4,), "float32", True, 5, group=GROUP, n_agents=3, state_shape=(12,))
+
+
+def group_spec(agents: int) -> EnvSpec:
+    return EnvSpec((4,), "float32", False, 2, group=GROUP, n_agents=agents)
 
 
 def _perturb_agent(x: torch.Tensor, agent: int) -> torch.Tensor:
@@ -157,7 +161,7 @@ def _reference_gae(reward, value, next_value, terminated, done, gamma, lmbda):
 def test_multiagent_gae_hook_matches_a_reference_loop(every_epoch):
     torch.manual_seed(0)
     n, steps, agents = 2, 7, 3
-    policy = group_actor_critic(MultiAgentSpec(agents, (4,), False, 2), hidden=[8], centralised=True)
+    policy = group_actor_critic(group_spec(agents), hidden=[8], centralised=True)
     terminated = torch.zeros(n, steps, 1, dtype=torch.bool)
     truncated = torch.zeros_like(terminated)
     terminated[0, 2], truncated[1, 4], terminated[1, 6] = True, True, True
@@ -194,22 +198,26 @@ def _ppo_batch(seed: int) -> TensorDict:
         "value_target": torch.randn(6, 3, generator=g)}}, batch_size=[6])
 
 
-def test_marl_ppo_is_the_agent_dim_ppo_loss_with_its_settings():
+def test_mappo_is_ppos_loss_reading_group_keys_through_its_key_map():
     torch.manual_seed(0)
     policy = group_actor_critic(SPEC, hidden=[8])
-    default = GroupPPOLoss(policy).ppo  # MAPPO's settings (Yu et al. 2022): clip 0.2, critic weight 1
-    assert (default.clip_epsilon, default.entropy_coef, default.critic_coef, default.normalize_advantage) == (
-        0.2, 0.0, 1.0, True)
-    loss = GroupPPOLoss(policy, clip_epsilon=0.05, entropy_coef=0.3, critic_coef=0.7,
-                        normalize_advantage=False)
-    # the agent-dim loss, whose terms tests/algos/test_marl_losses.py checks by hand
-    reference = MultiAgentPPOLoss(policy.actor, policy.critic, 0.05, 0.3, 0.7, False)
+    loss = PPOLoss(policy, clip_epsilon=0.05, entropy_coef=0.3, critic_coef=0.7, normalize_advantage=False)
+    assert loss.reads == ("agents.observation", "agents.action", "agents.sample_log_prob",
+                          "agents.advantage", "agents.value_target")
     batch = _ppo_batch(1)
-    out, expected = loss(batch), reference(batch)
-    assert set(out) == set(expected)
+    # the same numbers, at the root, through a single-agent key map: one loss, two layouts
+    flat = PPOLoss(policy, clip_epsilon=0.05, entropy_coef=0.3, critic_coef=0.7, normalize_advantage=False)
+    flat.set_keys(**{name: name for name in ("observation", "action", "sample_log_prob", "advantage",
+                                             "value_target")})
+    assert flat.reads == ("observation", "action", "sample_log_prob", "advantage", "value_target")
+    out, expected = loss(batch), flat(batch["agents"])
+    assert set(out) == set(expected) == {"loss_objective", "loss_critic", "loss_entropy", "entropy",
+                                         "approx_kl", "clip_fraction"}
     for key in expected:
         torch.testing.assert_close(out[key], expected[key])
     assert out["clip_fraction"].item() > 0  # the small clip range is the one in use
+    value_error = 0.5 * (policy.value(batch["agents", "observation"]) - batch["agents", "value_target"]).pow(2)
+    torch.testing.assert_close(out["loss_critic"], 0.7 * value_error.mean())  # per agent, then averaged
 
 
 def test_marl_q_passes_its_settings_and_defaults_to_the_td_loss():
@@ -223,7 +231,7 @@ def test_marl_q_passes_its_settings_and_defaults_to_the_td_loss():
     assert qmix.reads == ("agents.observation", "agents.action", "next.agents.observation",
                           "next.agents.reward", "next.terminated", "state", "next.state")
     # an env without a global state (no state_shape at all) still trains IQL and VDN
-    stateless = types.SimpleNamespace(n_agents=3)
+    stateless = EnvSpec((4,), "float32", True, 5, group=GROUP, n_agents=3)
     assert GroupQLoss(policy, stateless, gamma=0.9, mixer="vdn").td.mixer is not None
 
 
@@ -299,7 +307,7 @@ def test_multiagent_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
     monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
     torch.manual_seed(0)
     n, steps, agents = 2, 5, 3
-    policy = group_actor_critic(MultiAgentSpec(agents, (4,), False, 2), hidden=[8], centralised=True)
+    policy = group_actor_critic(group_spec(agents), hidden=[8], centralised=True)
     terminated = torch.zeros(n, steps, 1, dtype=torch.bool)
     terminated[0, 2] = True
     batch = TensorDict({

@@ -8,8 +8,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
+from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
+from rlrun.algos.ppo import PPOLoss
 from rlrun.errors import ConfigError
+from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
 
 
@@ -24,11 +26,16 @@ def constant_net(n_agents: int, biases: list[list[float]], share: bool = False) 
 
 # ---- PPO family ---------------------------------------------------------------------------
 
+def group_ppo(actor: GroupActor, critic: GroupMLP, **options) -> PPOLoss:
+    """PPO's own loss on a group policy, with MAPPO's critic weight 1 (conf/loss/marl_ppo.yaml)."""
+    return PPOLoss(GroupPolicy(actor, critic), **{"critic_coef": 1.0, **options})
+
+
 def test_ppo_loss_by_hand():
     # uniform policy over 2 actions (p = 0.5), old log-prob log(0.25): every ratio is 2
     actor = GroupActor(constant_net(2, [[0.0, 0.0]], share=True), "categorical", 2)
     critic = constant_net(2, [[0.5], [-1.0]])  # V_0 = 0.5, V_1 = -1
-    loss = MultiAgentPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coef=0.01, critic_coef=1.0,
+    loss = group_ppo(actor, critic, clip_epsilon=0.2, entropy_coef=0.01, critic_coef=1.0,
                              normalize_advantage=False)
     td = TensorDict({"agents": {
         "observation": torch.zeros(2, 2, 1),
@@ -53,7 +60,7 @@ def test_ppo_loss_matches_a_scalar_loop_for_normal_policies(centralised):
     B, N, F, A = 5, 3, 4, 2
     actor = GroupActor(GroupMLP(N, F, A, [8], share_params=False), "normal", A, init_log_std=-0.3)
     critic = GroupMLP(N, F, 1, [8], share_params=True, centralised=centralised)
-    loss = MultiAgentPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coef=0.0)
+    loss = group_ppo(actor, critic, clip_epsilon=0.2, entropy_coef=0.0)
     obs, action = torch.randn(B, N, F), torch.randn(B, N, A)
     old = torch.randn(B, N) - 2.0
     adv, vt = torch.randn(B, N), torch.randn(B, N)
@@ -184,7 +191,7 @@ def test_ppo_defaults_clip_at_0_2_standardise_and_add_no_entropy_bonus():
     # the by-hand batch above, with the loss's defaults (clip 0.2, no entropy bonus, critic weight 1,
     # advantages standardised): mean 0.625, sample std 1.25 -> 0.3, -1.3, 1.1, -0.1
     actor = GroupActor(constant_net(2, [[0.0, 0.0]], share=True), "categorical", 2)
-    loss = MultiAgentPPOLoss(actor, constant_net(2, [[0.5], [-1.0]]))
+    loss = group_ppo(actor, constant_net(2, [[0.5], [-1.0]]))
     td = TensorDict({"agents": {
         "observation": torch.zeros(2, 2, 1),
         "action": torch.tensor([[0, 1], [1, 0]]),

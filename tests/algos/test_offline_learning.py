@@ -18,7 +18,7 @@ import torch
 from rlrun.algos.cql import CQLLoss
 from rlrun.algos.iql import IQLLoss
 from rlrun.datasets.transitions import TransitionSampler
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import Actor, TwinQCritic, mlp
 from rlrun.policy import Policy
 from rlrun.trainer.optim import OptimizerStep

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.ppo import PPOLoss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.models import actor_critic
 from rlrun.policy import Policy

@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.sac import SACLoss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_twin_q
 from rlrun.policy import Policy
 

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from rlrun.algos.a2c import A2CLoss
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.trainer.optim import OptimizerStep
 

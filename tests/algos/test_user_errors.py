@@ -13,12 +13,13 @@ from rlrun.algos.a2c import A2CLoss
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.impala import IMPALALoss
 from rlrun.algos.iql import IQLLoss
-from rlrun.algos.marl import GroupPPOLoss, GroupQLoss, MADDPGLoss
-from rlrun.algos.marl_losses import MultiAgentPPOLoss, MultiAgentQLoss, make_q_mixer
+from rlrun.algos.marl import GroupQLoss, MADDPGLoss
+from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
+from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.modules.multiagent import GroupActor, GroupMLP
 from rlrun.policy import Policy
@@ -36,7 +37,7 @@ def no_critic():
 
 def marl_ppo_two_outputs():
     actor = GroupActor(GroupMLP(2, 3, 2, []), "categorical", 2)
-    return MultiAgentPPOLoss(actor, GroupMLP(2, 3, 2, []))
+    return PPOLoss(GroupPolicy(actor, GroupMLP(2, 3, 2, [])))
 
 
 CASES = {
@@ -64,8 +65,6 @@ CASES = {
                       "  fix: use an env with a global state (VMAS provides one) or loss.mixer=vdn"),
     "unknown_mixer": (lambda: make_q_mixer("qtran", 3),
                       "loss.mixer: unknown mixer 'qtran'\n  fix: use none, vdn or qmix"),
-    "marl_ppo_single_agent": (lambda: GroupPPOLoss(actor_critic(SPEC_D, hidden=[4])),
-                              NOT_A_GROUP.format("marl_ppo")),
     "marl_q_single_agent": (lambda: GroupQLoss(qnet(SPEC_D, hidden=[4]), SPEC_D, gamma=0.9),
                             NOT_A_GROUP.format("marl_q")),
     "maddpg_single_agent": (lambda: MADDPGLoss(actor_twin_q(SPEC_C, hidden=[4]), gamma=0.9),

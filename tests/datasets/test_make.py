@@ -145,7 +145,7 @@ def test_an_offline_run_reads_the_actions_the_sac_run_took(pendulum_medium_repla
     """The dataset stores Pendulum's torques in [-2, 2]; the loop's loader gives the policy's [-1, 1]
     back: exactly the actions in the SAC run's replay buffer (one env: buffer order is episode order)."""
     from rlrun.checkpoint import load
-    from rlrun.envs.gym import EnvSpec
+    from rlrun.core.specs import EnvSpec
     from rlrun.sources import load_dataset
 
     made = pendulum_medium_replay

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from fake_env import COUNTER_BOX_ID, COUNTER_ID
 
-from rlrun.envs.gym import EnvSpec, GymVecEnv, make_gym_env
+from rlrun.core.specs import EnvSpec
+from rlrun.envs.gym import GymVecEnv, make_gym_env
 from rlrun.errors import ConfigError
 from rlrun.registry import build
 

@@ -11,7 +11,8 @@ vmas = pytest.importorskip("vmas")
 from vmas.simulator.core import Agent, World  # noqa: E402
 from vmas.simulator.scenario import BaseScenario  # noqa: E402
 
-from rlrun.envs.vmas import MultiAgentSpec, VmasEnv  # noqa: E402
+from rlrun.core.specs import GROUP, EnvSpec  # noqa: E402
+from rlrun.envs.vmas import VmasEnv  # noqa: E402
 from rlrun.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -74,8 +75,9 @@ def zeros(env: VmasEnv) -> torch.Tensor:
 @pytest.mark.parametrize("continuous", [True, False])
 def test_navigation_shapes_and_spec(continuous):
     env = VmasEnv("navigation", num_envs=4, continuous_actions=continuous, seed=0, n_agents=3)
-    assert env.spec == MultiAgentSpec(3, (18,), not continuous, 2 if continuous else 5,
-                                      -1.0 if continuous else 0.0, 1.0 if continuous else 0.0, (54,))
+    assert env.spec == EnvSpec((18,), np.dtype(np.float32), not continuous, 2 if continuous else 5,
+                               -1.0 if continuous else 0.0, 1.0 if continuous else 0.0, group=GROUP,
+                               n_agents=3, state_shape=(54,))
     obs = env.reset(seed=0)
     assert obs.shape == (4, 3, 18) and obs.dtype == torch.float32
     action = torch.zeros(4, 3, 2) if continuous else torch.zeros(4, 3, dtype=torch.long)

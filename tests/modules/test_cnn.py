@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.ppo import PPOLoss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.cnn import NatureCNN, actor_critic_cnn, qnet_cnn
 from rlrun.modules.networks import target_copy

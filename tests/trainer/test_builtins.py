@@ -10,7 +10,7 @@ from torch import nn
 
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.sac import SACLoss
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q
 from rlrun.trainer.builtins import Checkpointing, DivergenceGuard, ProgressHook, learning_hooks
 from rlrun.trainer.hooks import OffPolicyReplay, OnPolicyMinibatches

@@ -19,7 +19,7 @@ from torch import nn
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.sac import SACLoss
 from rlrun.buffers.factory import make_replay_buffer
-from rlrun.envs.gym import EnvSpec
+from rlrun.core.specs import EnvSpec
 from rlrun.policy import Policy
 from rlrun.trainer.hooks import GAE, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate
 from rlrun.trainer.loop import Trainer

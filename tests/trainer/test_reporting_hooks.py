@@ -96,12 +96,32 @@ def test_an_update_budget_evaluates_on_its_update_interval_on_the_run_device():
     assert evaluation.evaluator.device == "cuda:1"
 
 
-def test_an_agent_group_is_evaluated_by_the_group_evaluator():
-    from rlrun.trainer.group_evaluation import GroupEvaluator
+def test_an_agent_group_is_evaluated_by_the_one_evaluator_with_team_returns():
+    import numpy as np
+    import torch
 
-    group_env = SimpleNamespace(num_envs=2, n_agents=3)
+    from rlrun.core.specs import GROUP, EnvSpec
+
+    class TwoStepGroup:
+        """Two sub-envs of three agents whose episodes end every second step; rewards are tensors."""
+
+        num_envs, spec = 2, EnvSpec((1,), np.dtype("float32"), False, 1, group=GROUP, n_agents=3)
+
+        def reset(self, seed=None):
+            self.t = 0
+            return torch.zeros(2, 3, 1)
+
+        def step(self, action):
+            self.t += 1
+            reward = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]]) * self.t  # team: 2 t and t
+            ended = torch.full((2,), self.t % 2 == 0)
+            obs = torch.zeros(2, 3, 1)
+            return obs, reward, ended, torch.zeros(2, dtype=torch.bool), obs
+
     constant = SimpleNamespace(lr_schedule="constant")
-    evaluation, _ = reporting_hooks(cfg(), constant, group_env, "cpu")["evaluation"]
-    assert type(evaluation.evaluator) is GroupEvaluator
+    evaluation, _ = reporting_hooks(cfg(episodes=4), constant, TwoStepGroup(), "cpu")["evaluation"]
     single, _ = reporting_hooks(cfg(), constant, EVAL_ENV, "cpu")["evaluation"]
-    assert type(single.evaluator) is not GroupEvaluator
+    assert type(evaluation.evaluator) is type(single.evaluator)  # one evaluator for both layouts
+    returns = evaluation.evaluator.evaluate(lambda obs: torch.zeros(*obs.shape[:-1], 1))
+    # the agents' mean reward summed: episode 1 (t=1, 2) gives 6 and 3, episode 2 (t=3, 4) 14 and 7
+    assert sorted(returns.tolist()) == [3.0, 6.0, 7.0, 14.0]

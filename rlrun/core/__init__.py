@@ -1,0 +1,1 @@
+"""The parts every other package builds on: specs (and, as the layout moves, contracts, policy, registry)."""
