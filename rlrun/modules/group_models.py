@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlrun.core.specs import GROUP, EnvSpec
+from rlrun.contracts import key_name
+from rlrun.core.specs import GROUP, EnvSpec, entry_key
 from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupActor, GroupMLP
 from rlrun.modules.networks import Activation, Hidden
@@ -35,7 +36,7 @@ class GroupPolicy(Policy):
     group = GROUP
 
     def behaviour_keys(self, explore: bool = True) -> set[str]:
-        return {f"{GROUP}.{k}" for k in super().behaviour_keys(explore)}
+        return {key_name(entry_key(k, self.group)) for k in super().behaviour_keys(explore)}
 
     def value(self, obs: Tensor) -> Tensor:
         """``V_i [..., n_agents]`` (GAE over the agent dim)."""

@@ -3,6 +3,7 @@ the VMAS collector's batches."""
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -385,3 +386,23 @@ def test_vmas_collector_batches_follow_the_group_layout_and_count_team_returns()
     team = torch.cat([b["next", "agents", "reward"].mean((-2, -1)) for b in batches], 1)  # [2, 20]
     expected = team.view(2, 4, 5).sum(-1).T.flatten()  # episodes in step order, then sub-env order
     assert returns == pytest.approx(expected.tolist(), abs=1e-5) and lengths == [5] * 8
+
+
+def test_agent_layout_misfits_name_fixes_computed_from_the_presets_and_registry():
+    from rlrun.agent_groups import check_agent_groups
+
+    with pytest.raises(ConfigError) as single_on_group:
+        check_agent_groups({"env": {"name": "vmas"}, "model": {"name": "actor_critic"},
+                            "loss": {"name": "ppo"}})
+    # PPO's loss trains either layout: the single-agent model is the misfit, and the fix lists
+    # every preset whose model and loss declare agent groups (maa2c is a YAML file, in no list)
+    assert single_on_group.value.key == "algo" and "model (actor_critic)" in str(single_on_group.value)
+    assert set(re.findall(r"algo=(\w+)", single_on_group.value.fix)) == {
+        "mappo", "ippo", "maa2c", "qmix", "vdn", "marl_iql", "maddpg", "iddpg"}
+    with pytest.raises(ConfigError) as group_on_single:
+        check_agent_groups({"env": {"name": "gym"}, "model": {"name": "group_qnet"},
+                            "loss": {"name": "marl_q"}})
+    assert group_on_single.value.key == "env"
+    assert "env=vmas/navigation" in group_on_single.value.fix and "cartpole" not in group_on_single.value.fix
+    check_agent_groups({"env": {"name": "vmas"}, "model": {"name": "group_actor_critic"},
+                        "loss": {"name": "a2c"}})  # A2C's loss trains a group too: no error
