@@ -60,3 +60,18 @@ def test_loss_and_evaluation_share_one_policy_object(name, tmp_path):
         assert all(p is q for p, q in zip(run.loss.policy.parameters(), run.policy.parameters()))
     finally:
         run.close()
+
+
+def test_key_map_places_per_agent_entries_under_the_group_and_shared_ones_at_the_root():
+    from rlrun.contracts import KeyMap
+    from rlrun.core.specs import GROUP
+
+    group, single = KeyMap(GROUP), KeyMap()
+    assert group("observation") == (GROUP, "observation")
+    assert group("next.reward") == ("next", GROUP, "reward")
+    assert group("next.terminated") == ("next", "terminated")  # the group ends its episode together
+    assert group("state") == "state" and group("collector.traj_ids") == ("collector", "traj_ids")
+    assert single("next.reward") == ("next", "reward") and single("advantage") == "advantage"
+    group.set(advantage=(GROUP, "team_advantage"))
+    assert group("advantage") == (GROUP, "team_advantage")
+    assert group.names(("advantage", "next.done")) == ("agents.team_advantage", "next.done")
