@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.envs.gym import GymVecEnv
+from rlrun.core.envs import VecEnv
 from rlrun.trainer.hooks import Hook
 
 
@@ -25,14 +25,13 @@ class Evaluator:
     (what the training statistics and the paper's Figure 2 report).
 
     Args:
-        env: The evaluation env (not the training one): a gymnasium vector env (numpy
-            arrays) or a VMAS group (tensors on its device); both step as
-            ``(next_obs, reward, terminated, truncated, obs, ...)``.
+        env: The evaluation env (not the training one), any ``rlrun.core.envs.VecEnv``: a
+            gymnasium vector env (numpy arrays) or a VMAS group (tensors on its device).
         episodes: Episodes per evaluation.
         seed: Reset seed of every evaluation.
     """
 
-    def __init__(self, env: GymVecEnv | Any, episodes: int, seed: int, device: str = "cpu"):
+    def __init__(self, env: VecEnv, episodes: int, seed: int, device: str = "cpu"):
         self.env, self.episodes, self.seed, self.device = env, episodes, seed, device
         n = env.num_envs
         self.quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)

@@ -238,3 +238,20 @@ def test_bad_settings_raise_config_errors():
         VmasEnv("navigation", num_envs=1, continuous_actions=False, discrete_actions=7)
     with pytest.raises(ConfigError, match="no scenario 'navigaton'. Did you mean 'navigation'"):
         VmasEnv("navigaton", num_envs=1)
+
+
+def test_vmas_and_gymnasium_envs_implement_the_one_env_protocol():
+    from rlrun.core.envs import VecEnv
+    from rlrun.envs.gym import GymVecEnv
+
+    group = VmasEnv("navigation", num_envs=2, seed=0, n_agents=3)
+    single = GymVecEnv("CartPole-v1", num_envs=2)
+    try:
+        for env, action, agents in ((group, torch.zeros(2, 3, 2), (3,)), (single, np.zeros(2, np.int64), ())):
+            assert isinstance(env, VecEnv) and env.spec.is_group == bool(agents)
+            assert tuple(env.reset(seed=0).shape) == (2, *agents, *env.spec.observation_shape)
+            next_obs, reward, terminated, truncated, obs = env.step(action)[:5]
+            assert tuple(reward.shape) == (2, *agents) and tuple(terminated.shape) == tuple(truncated.shape) == (2,)
+            assert next_obs.shape == obs.shape
+    finally:
+        single.close()
