@@ -9,8 +9,8 @@ from cli_utils import only_run_dir, run_cli, summary_of
 from dataset_fakes import mixed_dataset, random_dataset
 
 from rlrun.algos.dt import DTActionLoss, decision_transformer, trajectory_slices, unit_actions
-from rlrun.datasets.minari_format import read_dataset
 from rlrun.core.specs import EnvSpec
+from rlrun.datasets.minari_format import read_dataset
 from rlrun.envs.gym import make_gym_env
 from rlrun.sources import normalize_from_dataset
 from rlrun.trainer.evaluation import Evaluator

@@ -74,8 +74,8 @@ def test_without_a_round_length_rounds_divide_the_intervals_so_evaluations_land_
 
 
 def test_the_normaliser_is_set_from_the_dataset(data_root):
-    from rlrun.datasets.minari_format import read_dataset
     from rlrun.core.specs import EnvSpec
+    from rlrun.datasets.minari_format import read_dataset
     from rlrun.modules.models import actor_twin_q
     from rlrun.sources import normalize_from_dataset
 
@@ -149,8 +149,8 @@ def test_sigterm_mid_run_then_the_same_command_ends_at_exactly_total_updates(tmp
 
 
 def test_dataset_actions_are_mapped_into_the_policys_action_space(data_root):
-    from rlrun.datasets.minari_format import read_dataset
     from rlrun.core.specs import EnvSpec
+    from rlrun.datasets.minari_format import read_dataset
     from rlrun.sources import load_dataset
 
     raw = read_dataset(DATASET, data_root)  # Pendulum's torque in [-2, 2], as the env takes it

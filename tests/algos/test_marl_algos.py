@@ -217,7 +217,8 @@ def test_mappo_is_ppos_loss_reading_group_keys_through_its_key_map():
     for key in expected:
         torch.testing.assert_close(out[key], expected[key])
     assert out["clip_fraction"].item() > 0  # the small clip range is the one in use
-    value_error = 0.5 * (policy.value(batch["agents", "observation"]) - batch["agents", "value_target"]).pow(2)
+    value = policy.value(batch["agents", "observation"])
+    value_error = 0.5 * (value - batch["agents", "value_target"]).pow(2)
     torch.testing.assert_close(out["loss_critic"], 0.7 * value_error.mean())  # per agent, then averaged
 
 

@@ -251,7 +251,8 @@ def test_vmas_and_gymnasium_envs_implement_the_one_env_protocol():
             assert isinstance(env, VecEnv) and env.spec.is_group == bool(agents)
             assert tuple(env.reset(seed=0).shape) == (2, *agents, *env.spec.observation_shape)
             next_obs, reward, terminated, truncated, obs = env.step(action)[:5]
-            assert tuple(reward.shape) == (2, *agents) and tuple(terminated.shape) == tuple(truncated.shape) == (2,)
+            assert tuple(reward.shape) == (2, *agents)
+            assert tuple(terminated.shape) == tuple(truncated.shape) == (2,)
             assert next_obs.shape == obs.shape
     finally:
         single.close()
