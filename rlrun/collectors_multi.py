@@ -48,6 +48,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import cloudpickle
@@ -57,26 +58,12 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.errors import ConfigError, RlrunError
+from rlrun.errors import ConfigError, WorkerError  # noqa: F401  (WorkerError: this module's API too)
 from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 from rlrun.workers.limits import check_workers_fit
-from rlrun.workers.loop import SEED_STRIDE, _policy_fn, _worker  # noqa: F401  (SEED_STRIDE, _policy_fn: API)
+from rlrun.workers.loop import SEED_STRIDE, _worker  # noqa: F401  (SEED_STRIDE: API)
 
 ASYNC_SLOTS = 2
-
-
-class WorkerError(RlrunError, RuntimeError):
-    """A collector worker died: one line naming it and what to do, then its traceback if it sent one.
-
-    Not the user's input, so not exit code 2: the command exits with 4 (README, Exit codes).
-    """
-
-    exit_code = 4
-
-    def __init__(self, what: str, traceback_text: str = ""):
-        todo = "fix the error below and rerun" if traceback_text else "rerun"
-        super().__init__(f"{what}; the run keeps its last checkpoint: {todo} the same command to resume "
-                         "from it" + (f"\n{traceback_text.rstrip()}" if traceback_text else ""))
 
 
 # ---------------------------------------------------------------- main side
@@ -419,6 +406,20 @@ class MultiCollector:
         self._fail(f"collector worker {w} (pid {self._procs[w].pid}) raised {last}", traceback_text)
 
 
+@dataclass(frozen=True)
+class RemoteBackend:
+    """Workers that run elsewhere (``collector.backend=ray``): how to build the collector and how to
+    check the address before anything is built."""
+
+    make: Callable[..., Any]
+    check_address: Callable[[str | None, str], None]
+
+
+# filled by the modules of remote backends when the components load (rlrun.collectors_ray adds "ray"),
+# so this module imports none of them: the Ray collector builds on this one, not the other way round
+BACKENDS: dict[str, RemoteBackend] = {}
+
+
 def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, workers: int,
           init_random_frames: int, explore: bool, seed: int, device: str, start_method: str,
           timeout_s: float, rollouts_per_batch: int = 1, backend: str = "local",
@@ -427,12 +428,10 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
         raise ConfigError("multi-process collectors act with the actor's own sampling; exploration noise "
                           "components run in the main process only", key="collector.name",
                           fix="use collector=sync with exploration, or an algorithm with a stochastic actor")
-    if backend == "ray":
-        from rlrun.collectors_ray import make_ray_collector
-
-        return make_ray_collector(mode, env, policy, frames_per_batch, total_frames, workers,
-                                  init_random_frames, explore, seed, device, ray_address, rollouts_per_batch,
-                                  timeout_s)
+    if backend in BACKENDS:
+        return BACKENDS[backend].make(mode, env, policy, frames_per_batch, total_frames, workers,
+                                      init_random_frames, explore, seed, device, ray_address,
+                                      rollouts_per_batch, timeout_s)
     if backend != "local":
         raise ConfigError(f"unknown collector backend {backend!r}", key="collector.backend",
                           fix="use local (worker processes on this machine) or ray")
@@ -490,10 +489,8 @@ def _check_options(node: dict, key: str) -> None:
     before anything is built: the Ray address's form, and workers that fit this machine unless they
     run on a cluster it joins."""
     workers, backend, address = node.get("workers", 2), node.get("backend", "local"), node.get("ray_address")
-    if backend == "ray":
-        from rlrun.collectors_ray import check_address  # imports no ray
-
-        check_address(address, f"{key}.ray_address")
+    if backend in BACKENDS:
+        BACKENDS[backend].check_address(address, f"{key}.ray_address")
     if backend == "local" or address is None:
         check_workers_fit(int(workers), "local" if backend == "local" else "ray", f"{key}.workers")
 

@@ -47,9 +47,9 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.collectors import SyncCollector
-from rlrun.collectors_multi import WorkerError
-from rlrun.errors import ConfigError
-from rlrun.workers.loop import SEED_STRIDE, _policy_fn
+from rlrun.collectors_multi import BACKENDS, RemoteBackend
+from rlrun.errors import ConfigError, WorkerError
+from rlrun.workers.loop import SEED_STRIDE, policy_fn
 
 _MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
 ADDRESS_KEY = "collector.ray_address"
@@ -70,7 +70,7 @@ class _Worker:
         torch.manual_seed(seed)
         self.env = env_fn()
         self.policy = policy
-        self.coll = SyncCollector(self.env, _policy_fn(policy, method), self.env.num_envs, 2**62,
+        self.coll = SyncCollector(self.env, policy_fn(policy, method), self.env.num_envs, 2**62,
                                   init_random_frames, seed)
 
     def num_envs(self) -> int:
@@ -395,3 +395,6 @@ def make_ray_collector(mode: str, env: Any, policy: Any, frames_per_batch: int, 
     return RayCollector(env_fn, policy.actor, frames_per_batch, total_frames, workers, mode,
                         "explore" if explore else "act", init_random_frames, seed, device,
                         address, rollouts_per_batch, timeout_s)
+
+
+BACKENDS["ray"] = RemoteBackend(make_ray_collector, check_address)

@@ -7,7 +7,16 @@ its module and its ``conf/algo`` YAML, with no list to edit here.
 import importlib
 import pkgutil
 
-from rlrun import algos, collectors, collectors_marl, collectors_multi, exploration, sources, tracking  # noqa: F401
+from rlrun import (  # noqa: F401
+    algos,
+    collectors,
+    collectors_marl,
+    collectors_multi,
+    collectors_ray,
+    exploration,
+    sources,
+    tracking,
+)
 from rlrun.buffers import factory  # noqa: F401
 from rlrun.envs import atari, envpool, gym, vmas  # noqa: F401
 from rlrun.launch import pruning  # noqa: F401

@@ -34,6 +34,21 @@ class CheckpointError(RlrunError):
     """A checkpoint cannot be read or does not match the run."""
 
 
+class WorkerError(RlrunError, RuntimeError):
+    """A collector worker died: one line naming it and what to do, then its traceback if it sent one.
+
+    Not the user's input, so not exit code 2: the command exits with 4 (README, Exit codes).
+    """
+
+    exit_code = 4
+
+    def __init__(self, what: str, traceback_text: str = ""):
+        todo = "fix the error below and rerun" if traceback_text else "rerun"
+        super().__init__(f"{what}; the run keeps its last checkpoint: {todo} the same command to resume "
+                         "from it" + (f"\n{traceback_text.rstrip()}" if traceback_text else ""))
+
+
+
 def did_you_mean(word: str, options: Iterable[str]) -> str:
     """Returns ' Did you mean X?' for a close match among ``options``, else ''."""
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)

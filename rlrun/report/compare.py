@@ -63,7 +63,7 @@ def iqm_curve(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray, see
 
 
 def _label(cell: Cell, env: str) -> str:
-    from rlrun.report.plots import mpl_text
+    from rlrun.report.axes import mpl_text
 
     parts = [k for k in cell.key if k and k != env]
     return mpl_text(" ".join(parts) or cell.label)
@@ -72,7 +72,7 @@ def _label(cell: Cell, env: str) -> str:
 def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path:
     """Writes the comparison figure of one env's cells to ``path`` (PNG)."""
     fig = Figure(figsize=(11, 4.2), dpi=100, layout="constrained")
-    from rlrun.report.plots import mpl_text
+    from rlrun.report.axes import mpl_text
 
     fig.suptitle(f"{mpl_text(title)}: {mpl_text(env)}", fontsize=11)
     curve_ax, profile_ax = fig.subplots(1, 2)
@@ -129,7 +129,7 @@ def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path
 
 
 def _no_data(ax) -> None:
-    from rlrun.report.plots import no_data
+    from rlrun.report.axes import no_data
 
     no_data(ax, "no data (no eval/episode_return logged)")
 

@@ -112,7 +112,7 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from rlrun.report.plots import aggregate, mpl_text, no_data
+    from rlrun.report.axes import aggregate, mpl_text, no_data
     from rlrun.report.render import frames
 
     tasks = list(dict.fromkeys(t for t, _ in cells))

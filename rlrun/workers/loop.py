@@ -51,7 +51,7 @@ def _die_with_main_process() -> None:
             pass
 
 
-def _policy_fn(module: nn.Module, method: str) -> Callable[[Tensor], dict[str, Tensor]]:
+def policy_fn(module: nn.Module, method: str) -> Callable[[Tensor], dict[str, Tensor]]:
     fn = getattr(module, method)
 
     def act(obs: Tensor) -> dict[str, Tensor]:
@@ -88,7 +88,7 @@ def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Mod
         local = copy.deepcopy(shared_policy)
         local_sd, shared_sd = local.state_dict(), shared_policy.state_dict()
         seen = _pull_weights(shared_sd, local_sd, seq, -1)
-        policy = _policy_fn(local, method)
+        policy = policy_fn(local, method)
         n = env.num_envs
         coll = SyncCollector(env, policy, n, 2**62, options["init_random_frames"], seed)
         res_q.put(("spec", index, _spec(env, policy)))
