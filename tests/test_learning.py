@@ -73,7 +73,23 @@ def test_ppo_with_multi_sync_workers_reaches_475_on_cartpole_within_100k_frames(
 
 
 def test_impala_with_2_async_workers_reaches_475_on_cartpole_within_300k_frames(tmp_path, capsys):
-    """tuned/impala_cartpole: 2 multi_async workers, V-trace on rollouts one or two versions old."""
+    """tuned/impala_cartpole: 2 multi_async workers, V-trace on rollouts about 2 versions old."""
     s = learn(tmp_path, capsys, "impala", "cartpole", 475, 10_000)
     assert s["eval/episode_return"] >= 475, s
     assert s["total_frames"] == 300_000 and s["eval/episodes"] == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_impala_cartpole_ends_its_300k_frames_at_450_or_more(seed, tmp_path, capsys):
+    """The END of the full tuned run, not its first evaluation at a target: on 256-frame batches the
+    preset reached 500 by 110k frames and ended at 199 (seed 0); on 512 it ends at 466.9 and 476.9.
+    collector=sync makes the run deterministic (the async preset's 64-step x 8-env batches, all
+    on-policy); only the final evaluation runs, which does not change training. Without V-trace's
+    bootstrap the same run ends at 9.3 (seed 0: README, IMPALA)."""
+    code, _, err = run_cli(["algo=impala", "env=cartpole", f"seed={seed}", "logger=none", "collector=sync",
+                            "eval.interval_frames=0"], tmp_path, capsys)
+    assert code == 0, err
+    s = summary_of(only_run_dir(tmp_path))
+    assert s["total_frames"] == 300_000 and s["eval/episodes"] == 10
+    assert s["eval/episode_return"] >= 450, s
