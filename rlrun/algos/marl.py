@@ -26,10 +26,7 @@ from rlrun.contracts import Loss
 from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.objectives.gae import warm_up
-from rlrun.objectives.multiagent_gae import multiagent_gae
 from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
-from rlrun.trainer.hooks import IO, Hook
 
 AGENTS = "agents"
 
@@ -172,43 +169,3 @@ class MADDPGLoss(Loss):
     def update_targets(self) -> None:
         polyak_update(self.target_actor, self.policy.actor, self.tau)
         polyak_update(self.target_critic, self.policy.critic, self.tau)
-
-
-@register("hook", "multiagent_gae")
-class MultiAgentGAE(Hook):
-    """Writes ``agents.advantage`` and ``agents.value_target`` with the group's current critic.
-
-    GAE per agent over time with the episode end shared by the group
-    (``rlrun.objectives.multiagent_gae``); bootstraps through truncation, never
-    through termination. Runs at ``pre_epoch`` (recomputed every epoch unless
-    ``every_epoch: false``).
-
-    Args:
-        gamma: Discount (the run's top-level ``gamma``).
-        lmbda: GAE's lambda.
-        every_epoch: Recompute with the updated critic before every epoch.
-    """
-
-    def __init__(self, gamma: float, lmbda: Fraction = 0.9, every_epoch: bool = True):
-        self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
-        self._done_for: int | None = None
-        warm_up()
-
-    def io(self) -> IO:
-        return {"pre_epoch": (("agents.observation", "next.agents.observation", "next.agents.reward",
-                               "next.terminated", "next.done"), ("agents.advantage", "agents.value_target"))}
-
-    def pre_epoch(self, trainer, batch: TensorDict) -> None:
-        if not self.every_epoch and self._done_for == trainer.batches:
-            return
-        self._done_for = trainer.batches
-        value_of = trainer.policy.value
-        with torch.no_grad():
-            value = value_of(batch[AGENTS, "observation"])
-            next_value = value_of(batch["next", AGENTS, "observation"])
-        adv, target = multiagent_gae(batch["next", AGENTS, "reward"].squeeze(-1), value, next_value,
-                                     batch["next", "terminated"].squeeze(-1),
-                                     batch["next", "done"].squeeze(-1), self.gamma, self.lmbda)
-        device = value.device
-        batch.set((AGENTS, "advantage"), adv.to(device))
-        batch.set((AGENTS, "value_target"), target.to(device))
