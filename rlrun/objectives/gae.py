@@ -21,7 +21,8 @@ gae``). It accumulates in float64, so float32 inputs give advantages within
 at most ``SMALL`` elements first take a numpy path with the kernel's exact
 rounding (``_gae_exact.py``), until that path has spent ``NUMPY_BUDGET_S`` in
 the process; the kernel is loaded only for larger batches or after that, and
-the results are the same bit for bit either way. Other devices, or a machine
+the results are the same bit for bit either way (on CPUs where the kernel uses
+FMA, which that path emulates; elsewhere batches of every size take the kernel). Other devices, or a machine
 without numba, use a torch loop over time.
 """
 
@@ -35,11 +36,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.objectives._gae_exact import gae_exact
+from rlrun.objectives._gae_exact import gae_exact, kernel_fuses
 from rlrun.objectives._kernels import numba_kernel
 
 # Largest batch (elements, all agents) that takes the exact numpy path while numba is not loaded
-# yet. At 1024 elements that path takes <see SMALL_NOTE> against the ~1 s numba costs a process.
+# yet. Per call that path took 0.7 ms at 8 x 128 (PPO on CartPole), 15 ms at 8 x 100 x 3 (MAPPO)
+# and 10-14 ms at 4096 elements, against 0.05-0.3 ms for the kernel and ~1 s (5 s at load 16)
+# for numba's import and kernel load (``python -m rlrun.benchmarks gae``, 2-core machine at
+# load 14-16): at this size a run needs ~70 calls before loading numba would have paid.
 SMALL = 4096
 # Time the numpy path may spend in a process before the kernel is loaded anyway: a long run of
 # small batches then pays numba's load once instead of the numpy path at every batch.
@@ -98,7 +102,9 @@ def _choose(backend: str, tensors: tuple[Tensor, ...], value: Tensor) -> str:
         return backend
     if not (on_cpu and floating):
         return "torch"
-    if not _kernel_loaded() and value.numel() <= SMALL and _numpy_spent_s < NUMPY_BUDGET_S:
+    # the path may change within a run (the budget is wall time): it never changes the numbers
+    if (not _kernel_loaded() and value.numel() <= SMALL and _numpy_spent_s < NUMPY_BUDGET_S
+            and kernel_fuses()):
         return "numpy"
     return "numba" if _numba_kernel() is not None else "torch"
 

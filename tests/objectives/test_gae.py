@@ -231,9 +231,30 @@ def test_the_numpy_path_hands_over_to_the_kernel_once_its_budget_is_spent(monkey
     monkeypatch.setattr(module, "_kernel_loaded", lambda: False)
     monkeypatch.setattr(module, "_numba_kernel", lambda: (lambda *a: calls.append(a)))
     monkeypatch.setattr(module, "_numpy_spent_s", 0.0)
+    monkeypatch.setattr(module, "kernel_fuses", lambda: True)
     x, f = torch.ones(2, 8), torch.zeros(2, 8, dtype=torch.bool)
     gae(x, x, x, f, f, 0.9, 0.9)
     assert not calls and module._numpy_spent_s > 0
     monkeypatch.setattr(module, "_numpy_spent_s", module.NUMPY_BUDGET_S)
+    gae(x, x, x, f, f, 0.9, 0.9)
+    assert len(calls) == 1
+
+
+def test_without_a_fused_kernel_small_batches_take_the_kernel(monkeypatch):
+    # the numpy path emulates the kernel's FMAs: where numba builds without them it would differ
+    import rlrun.objectives._gae_exact as exact
+    import rlrun.objectives.gae as module
+
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    exact.kernel_fuses.cache_clear()
+    try:
+        assert not exact.kernel_fuses()
+    finally:
+        exact.kernel_fuses.cache_clear()
+    calls = []
+    monkeypatch.setattr(module, "_kernel_loaded", lambda: False)
+    monkeypatch.setattr(module, "_numba_kernel", lambda: (lambda *a: calls.append(a)))
+    monkeypatch.setattr(module, "kernel_fuses", lambda: False)
+    x, f = torch.ones(2, 8), torch.zeros(2, 8, dtype=torch.bool)
     gae(x, x, x, f, f, 0.9, 0.9)
     assert len(calls) == 1
