@@ -220,7 +220,7 @@ class GAE(Hook):
             next_value = value_of(self._get(batch, "next_observation"))
         adv, target = gae(self._get(batch, "reward").squeeze(-1), value, next_value,
                           self._get(batch, "terminated").squeeze(-1), self._get(batch, "done").squeeze(-1),
-                          self.gamma, self.lmbda, agents=self.group is not None)
+                          self.gamma, self.lmbda, agents=True if self.group else None)
         batch.set(tuple(self.keys["advantage"].split(".")), adv.to(value.device))
         batch.set(tuple(self.keys["value_target"].split(".")), target.to(value.device))
 
