@@ -3,7 +3,7 @@
 MAPPO and IPPO are PPO's own loss (``rlrun.algos.ppo``) on a group policy. The
 losses here read their entries through their key map (``Loss.keys``), which a
 ``GroupPolicy`` places under the group key, so the hook wiring checks multi-agent
-runs as it does single-agent ones. ``multiagent_gae`` is GAE over the agent dim as a hook.
+runs as it does single-agent ones. GAE over the agent dim is the one GAE hook (``hooks.gae.group: agents``).
 
 - ``maddpg``: deterministic policy gradient per agent through a Q critic
   (centralised: MADDPG; decentralised: IDDPG), polyak targets.
@@ -21,15 +21,11 @@ from torch import Tensor, nn
 from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.sac import frozen
 from rlrun.contracts import Loss
-from rlrun.core.specs import GROUP as AGENTS
 from rlrun.core.specs import EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.objectives.gae import warm_up
-from rlrun.objectives.multiagent_gae import multiagent_gae
 from rlrun.registry import Fraction, register
-from rlrun.trainer.hooks import IO, Hook
 
 
 def _group_policy(policy: Any, loss: str) -> GroupPolicy:
@@ -138,43 +134,3 @@ class MADDPGLoss(Loss):
     def update_targets(self) -> None:
         polyak_update(self.target_actor, self.policy.actor, self.tau)
         polyak_update(self.target_critic, self.policy.critic, self.tau)
-
-
-@register("hook", "multiagent_gae")
-class MultiAgentGAE(Hook):
-    """Writes ``agents.advantage`` and ``agents.value_target`` with the group's current critic.
-
-    GAE per agent over time with the episode end shared by the group
-    (``rlrun.objectives.multiagent_gae``); bootstraps through truncation, never
-    through termination. Runs at ``pre_epoch`` (recomputed every epoch unless
-    ``every_epoch: false``).
-
-    Args:
-        gamma: Discount (the run's top-level ``gamma``).
-        lmbda: GAE's lambda.
-        every_epoch: Recompute with the updated critic before every epoch.
-    """
-
-    def __init__(self, gamma: float, lmbda: Fraction = 0.9, every_epoch: bool = True):
-        self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
-        self._done_for: int | None = None
-        warm_up()
-
-    def io(self) -> IO:
-        return {"pre_epoch": (("agents.observation", "next.agents.observation", "next.agents.reward",
-                               "next.terminated", "next.done"), ("agents.advantage", "agents.value_target"))}
-
-    def pre_epoch(self, trainer, batch: TensorDict) -> None:
-        if not self.every_epoch and self._done_for == trainer.batches:
-            return
-        self._done_for = trainer.batches
-        value_of = trainer.policy.value
-        with torch.no_grad():
-            value = value_of(batch[AGENTS, "observation"])
-            next_value = value_of(batch["next", AGENTS, "observation"])
-        adv, target = multiagent_gae(batch["next", AGENTS, "reward"].squeeze(-1), value, next_value,
-                                     batch["next", "terminated"].squeeze(-1),
-                                     batch["next", "done"].squeeze(-1), self.gamma, self.lmbda)
-        device = value.device
-        batch.set((AGENTS, "advantage"), adv.to(device))
-        batch.set((AGENTS, "value_target"), target.to(device))

@@ -18,10 +18,17 @@ installed, one thread as ``threads: 1`` sets); ``rlrun[torch]`` forces its
 fallback torch backend, for a machine without numba or tensors not on the CPU.
 
 Ratios are ``reference_time / rlrun_time``: above 1, rlrun is faster.
+
+**small batches** (``small_rows``): per call, ``gae``'s numpy path with the
+kernel's exact rounding against the kernel itself, at the batch sizes of short
+runs (``envs x T``, ``x agents`` for groups): what a process saves by not
+loading numba (~1 s) is spent here at every call, which sets ``SMALL`` and
+``NUMPY_BUDGET_S`` in ``rlrun.objectives.gae``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import time
 from collections.abc import Callable
@@ -30,7 +37,7 @@ import numpy as np
 import torch
 
 from rlrun.benchmarks.common import interleave, median, ratio, table
-from rlrun.objectives.gae import gae
+from rlrun.objectives.gae import gae, warm_up
 
 GAMMA, LMBDA = 0.99, 0.95
 
@@ -152,7 +159,28 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
     return {"workload": {"trajectories": n, "steps": t, "done_freq": 1e-3, "dtype": "float32",
                          "gamma": GAMMA, "lmbda": LMBDA, "reps": reps},
             "rlrun_max_abs_err": errors["rlrun"], "rlrun_matches_1e-5": errors["rlrun"] <= 1e-5,
-            "rows": rows, "notes": notes, "times_s": times}
+            "rows": rows, "notes": notes, "times_s": times,
+            "small": small_rows(reps) if importlib.util.find_spec("numba") else []}
+
+
+SMALL_SIZES = ((8, 5, 0), (8, 128, 0), (2, 1024, 0), (8, 512, 0), (1, 4096, 0), (8, 100, 3), (8, 512, 3))
+
+
+def small_rows(reps: int) -> list[dict]:
+    """Median ms per call of the numpy path and of the kernel at short runs' batch sizes."""
+    warm_up()
+    rows = []
+    for envs, steps, agents in SMALL_SIZES:
+        d = make_data(envs, steps * max(agents, 1), done_freq=0.01)
+        shape = (envs, steps, agents) if agents else (envs, steps)
+        data = [torch.from_numpy(d[k]).reshape(shape) for k in ("reward", "value", "next_value")]
+        flags = [torch.from_numpy(d[k][:, :steps]).contiguous() for k in ("terminated", "done")]
+        times = interleave({b: functools.partial(gae, *data, *flags, GAMMA, LMBDA, backend=b,
+                                                 agents=bool(agents)) for b in ("numpy", "numba")}, reps)
+        size = f"{envs} x {steps}" + (f" x {agents}" if agents else "")
+        rows.append({"size": size, "elements": envs * steps * max(agents, 1),
+                     "numpy_ms": 1e3 * median(times["numpy"]), "kernel_ms": 1e3 * median(times["numba"])})
+    return rows
 
 
 def render(result: dict) -> str:
@@ -163,4 +191,8 @@ def render(result: dict) -> str:
     ok = "matches" if result["rlrun_matches_1e-5"] else "DOES NOT match"
     notes = [f"rlrun {ok} the float64 reference to 1e-5 "
              f"(max abs error {result['rlrun_max_abs_err']:.1e}).", *result["notes"]]
-    return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in notes)])
+    small = table(result.get("small", []), [("size", "batch", "s"), ("elements", "elements", "d"),
+                                             ("numpy_ms", "numpy path ms", ".2f"),
+                                             ("kernel_ms", "kernel ms", ".3f")])
+    return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in notes),
+                      "\nSmall batches, per call:\n", small])

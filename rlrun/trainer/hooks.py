@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.errors import ConfigError
-from rlrun.objectives.gae import gae, warm_up
+from rlrun.objectives.gae import gae
 from rlrun.registry import Fraction, PositiveInt, register
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
@@ -145,29 +145,70 @@ class DatasetSamples(Hook):
         return trainer.buffer.sample()
 
 
+# The batch keys GAE reads and writes, by role; ``group`` nests each under the group's key.
+GAE_KEYS = {"observation": "observation", "next_observation": "next.observation", "reward": "next.reward",
+            "terminated": "next.terminated", "done": "next.done", "advantage": "advantage",
+            "value_target": "value_target"}
+_GROUPED = ("observation", "next_observation", "reward", "advantage", "value_target")
+
+
+def _group_key(key: str, group: str) -> str:
+    """``next.reward`` -> ``next.<group>.reward``; ``advantage`` -> ``<group>.advantage``."""
+    return f"next.{group}.{key[5:]}" if key.startswith("next.") else f"{group}.{key}"
+
+
 @register("hook", "gae")
 class GAE(Hook):
-    """Writes ``advantage`` and ``value_target`` into the batch with the current value critic.
+    """Writes advantages and value targets into the batch with the current value critic.
 
     Run at ``pre_epoch``, so advantages are recomputed every epoch (as the
     paper's PPO does); ``every_epoch: false`` computes them once per batch.
     Bootstrapping stops at termination only: a truncated step bootstraps from
-    V of its true final observation.
+    V of its true final observation. With ``group`` set (MAPPO, IPPO) the data
+    has an agent dim after time, and observations, rewards and the outputs are
+    read and written under the group's key; the episode end stays the team's
+    (``next.done``) unless ``keys`` points it at per-agent flags.
 
     Args:
         gamma: Discount (the run's top-level ``gamma``).
         lmbda: GAE's lambda (1: Monte-Carlo advantages against the critic).
         every_epoch: Recompute with the updated critic before every epoch.
+        group: The agent group's key (e.g. ``agents``), or none for single-agent data.
+        keys: Dotted batch keys by role, overriding the defaults (roles: observation,
+            next_observation, reward, terminated, done, advantage, value_target).
+
+    Examples:
+        >>> GAE(0.99, group="agents").io()["pre_epoch"][1]
+        ('agents.advantage', 'agents.value_target')
     """
 
-    def __init__(self, gamma: float, lmbda: Fraction = 0.95, every_epoch: bool = True):
-        self.gamma, self.lmbda, self.every_epoch = gamma, lmbda, every_epoch
+    def __init__(self, gamma: float, lmbda: Fraction = 0.95, every_epoch: bool = True,
+                 group: str | None = None, keys: dict[str, str] | None = None):
+        self.check_options({"keys": keys}, "hooks.gae")
+        self.gamma, self.lmbda, self.every_epoch, self.group = gamma, lmbda, every_epoch, group
+        self.keys = {role: _group_key(key, group) if group and role in _GROUPED else key
+                     for role, key in GAE_KEYS.items()} | (keys or {})
         self._done_for: int | None = None
-        warm_up()  # numba's import and kernel load (~1 s) happen at build time, not in the first batch
+        # numba loads on the first batch too large for gae's numpy path (not here): a short run of
+        # small batches never pays its ~1 s import
+
+    @staticmethod
+    def check_options(node: dict, key: str) -> None:
+        for role, batch_key in (node.get("keys") or {}).items():
+            if role not in GAE_KEYS:
+                raise ConfigError(f"unknown key role {role!r}", key=f"{key}.keys.{role}",
+                                  fix=f"roles are: {', '.join(GAE_KEYS)}")
+            if not isinstance(batch_key, str) or not batch_key:
+                raise ConfigError(f"must be a dotted batch key, got {batch_key!r}", key=f"{key}.keys.{role}",
+                                  fix=f"set it like {GAE_KEYS[role]!r}")
 
     def io(self) -> IO:
-        return {"pre_epoch": (("observation", "next.observation", "next.reward", "next.terminated",
-                               "next.done"), ("advantage", "value_target"))}
+        reads = ("observation", "next_observation", "reward", "terminated", "done")
+        return {"pre_epoch": (tuple(self.keys[r] for r in reads),
+                              (self.keys["advantage"], self.keys["value_target"]))}
+
+    def _get(self, batch: TensorDict, role: str) -> torch.Tensor:
+        return batch.get(tuple(self.keys[role].split(".")))
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         if not self.every_epoch and self._done_for == trainer.batches:
@@ -175,13 +216,13 @@ class GAE(Hook):
         self._done_for = trainer.batches
         value_of = trainer.policy.value
         with torch.no_grad():
-            value = value_of(batch["observation"])
-            next_value = value_of(batch["next", "observation"])
-        adv, target = gae(batch["next", "reward"].squeeze(-1), value, next_value,
-                          batch["next", "terminated"].squeeze(-1), batch["next", "done"].squeeze(-1),
-                          self.gamma, self.lmbda)
-        batch.set("advantage", adv)
-        batch.set("value_target", target)
+            value = value_of(self._get(batch, "observation"))
+            next_value = value_of(self._get(batch, "next_observation"))
+        adv, target = gae(self._get(batch, "reward").squeeze(-1), value, next_value,
+                          self._get(batch, "terminated").squeeze(-1), self._get(batch, "done").squeeze(-1),
+                          self.gamma, self.lmbda, agents=True if self.group else None)
+        batch.set(tuple(self.keys["advantage"].split(".")), adv.to(value.device))
+        batch.set(tuple(self.keys["value_target"].split(".")), target.to(value.device))
 
 
 class TargetUpdate(Hook):

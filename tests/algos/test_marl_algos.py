@@ -1,4 +1,4 @@
-"""The registered multi-agent pieces: group models, the MADDPG loss by hand, GAE over agents as a hook,
+"""The registered multi-agent pieces: group models, the MADDPG loss by hand, the GAE hook on a group,
 the VMAS collector's batches."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rlrun.algos.marl import GroupQLoss, MADDPGLoss, MultiAgentGAE
+from rlrun.algos.marl import GroupQLoss, MADDPGLoss
 from rlrun.algos.ppo import PPOLoss
 from rlrun.core.specs import GROUP, EnvSpec
 from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy, group_actor_critic, group_actor_q, group_qnet
+from rlrun.trainer.hooks import GAE
 
 SPEC = EnvSpec((4,), "float32", False, 2, group=GROUP, n_agents=3, state_shape=(12,))
 DISCRETE = EnvSpec((4,), "float32", True, 5, group=GROUP, n_agents=3, state_shape=(12,))
@@ -173,7 +174,7 @@ def test_multiagent_gae_hook_matches_a_reference_loop(every_epoch):
                  "terminated": terminated, "truncated": truncated, "done": terminated | truncated},
     }, batch_size=[n, steps])
     trainer = types.SimpleNamespace(policy=policy, batches=1)
-    hook = MultiAgentGAE(gamma=0.9, lmbda=0.8, every_epoch=every_epoch)
+    hook = GAE(gamma=0.9, lmbda=0.8, every_epoch=every_epoch, group="agents")
     hook.pre_epoch(trainer, batch)
     with torch.no_grad():
         value = policy.value(batch["agents", "observation"])
@@ -301,12 +302,11 @@ def test_maddpg_actor_term_with_several_action_dims_by_hand():
 
 
 def test_multiagent_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
-    # GPU batches take the torch path (gae on time-last views), not the in-place numba kernel
+    # GPU batches take the torch path (gae on time-last views), not the kernel nor its numpy twin
     import rlrun.objectives.gae as gae_module
-    import rlrun.objectives.multiagent_gae as ma_module
 
-    monkeypatch.setattr(ma_module, "_numba_kernel", lambda: None)
     monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
+    monkeypatch.setattr(gae_module, "SMALL", 0)
     torch.manual_seed(0)
     n, steps, agents = 2, 5, 3
     policy = group_actor_critic(group_spec(agents), hidden=[8], centralised=True)
@@ -318,7 +318,8 @@ def test_multiagent_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
                             "reward": torch.randn(n, steps, agents, 1)},
                  "terminated": terminated, "done": terminated.clone()},
     }, batch_size=[n, steps])
-    MultiAgentGAE(gamma=0.9, lmbda=0.8).pre_epoch(types.SimpleNamespace(policy=policy, batches=1), batch)
+    hook = GAE(gamma=0.9, lmbda=0.8, group="agents")
+    hook.pre_epoch(types.SimpleNamespace(policy=policy, batches=1), batch)
     with torch.no_grad():
         value = policy.value(batch["agents", "observation"])
         next_value = policy.value(batch["next", "agents", "observation"])
@@ -332,7 +333,7 @@ def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
     reads = ("agents.observation", "next.agents.observation", "next.agents.reward", "next.terminated",
              "next.done")
     writes = ("agents.advantage", "agents.value_target")
-    hook = MultiAgentGAE(gamma=0.9)
+    hook = GAE(gamma=0.9, group="agents")
     assert hook.io() == {"pre_epoch": (reads, writes)}
     # a batch with only the declared inputs is enough, and gains only the declared outputs
     batch = TensorDict({
@@ -348,8 +349,8 @@ def test_multiagent_gae_declares_exactly_what_it_reads_and_writes():
 
 def test_maddpg_and_the_gae_hook_default_to_their_config_values():
     assert MADDPGLoss(GroupPolicy(_LinearActor(), _SumCritic()), gamma=0.9).tau == 0.005  # conf/loss/maddpg
-    hook = MultiAgentGAE(gamma=0.99)
-    assert (hook.lmbda, hook.every_epoch) == (0.9, True)  # recomputed with each epoch's critic unless told
+    hook = GAE(gamma=0.99, group="agents")
+    assert (hook.lmbda, hook.every_epoch) == (0.95, True)  # recomputed with each epoch's critic unless told
 
 
 vmas = pytest.importorskip("vmas")

@@ -95,12 +95,63 @@ def test_gae_hook_on_the_torch_backend_as_on_gpu(monkeypatch):
     import rlrun.objectives.gae as gae_module
 
     monkeypatch.setattr(gae_module, "_numba_kernel", lambda: None)
+    monkeypatch.setattr(gae_module, "SMALL", 0)  # nor the kernel's numpy twin that small batches take
     batch, w = gae_batch(), [0.5, -1.5]
     GAE(gamma=0.9, lmbda=0.7).pre_epoch(gae_trainer(w), batch)
     adv, ret = reference_gae(batch, w, 0.9, 0.7)
     assert batch["advantage"].shape == batch.batch_size
     np.testing.assert_allclose(batch["advantage"].numpy(), adv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(batch["value_target"].numpy(), ret, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_hook_reads_and_writes_through_its_key_map():
+    # the same batch under other names gives the same numbers, written where the map says
+    batch, w = gae_batch(), [0.5, -1.5]
+    renamed = TensorDict({"obs": batch["observation"], "obs2": batch["next", "observation"],
+                          "r": batch["next", "reward"], "term": batch["next", "terminated"],
+                          "end": batch["next", "done"]}, [2, 4])
+    keys = {"observation": "obs", "next_observation": "obs2", "reward": "r", "terminated": "term",
+            "done": "end", "advantage": "out.adv", "value_target": "out.ret"}
+    hook = GAE(gamma=0.9, lmbda=0.7, keys=keys)
+    assert hook.io() == {"pre_epoch": (("obs", "obs2", "r", "term", "end"), ("out.adv", "out.ret"))}
+    hook.pre_epoch(gae_trainer(w), renamed)
+    adv, ret = reference_gae(batch, w, 0.9, 0.7)
+    np.testing.assert_allclose(renamed["out", "adv"].numpy(), adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(renamed["out", "ret"].numpy(), ret, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_hook_on_a_group_with_per_agent_episode_ends():
+    # group keys by `group`, per-agent flags by the key map; agent i's data is env row i of gae_batch
+    single, w = gae_batch(), [0.5, -1.5]
+    moved = {k: single.get(k).transpose(0, 1).unsqueeze(0)  # [1 env, 4 steps, 2 agents, ...]
+             for k in (("observation",), ("next", "observation"), ("next", "reward"), ("next", "terminated"),
+                       ("next", "done"))}
+    batch = TensorDict({"team": {"observation": moved["observation",]},
+                        "next": {"team": {"observation": moved["next", "observation"],
+                                          "reward": moved["next", "reward"],
+                                          "terminated": moved["next", "terminated"],
+                                          "done": moved["next", "done"]}}}, [1, 4])
+    hook = GAE(gamma=0.9, lmbda=0.7, group="team",
+               keys={"terminated": "next.team.terminated", "done": "next.team.done"})
+    assert hook.io()["pre_epoch"] == (
+        ("team.observation", "next.team.observation", "next.team.reward", "next.team.terminated",
+         "next.team.done"), ("team.advantage", "team.value_target"))
+    hook.pre_epoch(gae_trainer(w), batch)
+    adv, ret = reference_gae(single, w, 0.9, 0.7)
+    assert batch["team", "advantage"].shape == (1, 4, 2)
+    np.testing.assert_allclose(batch["team", "advantage"][0].T.numpy(), adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch["team", "value_target"][0].T.numpy(), ret, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_hook_names_an_unknown_key_role():
+    from rlrun.errors import ConfigError
+    from rlrun.registry import build
+
+    with pytest.raises(ConfigError) as info:
+        build("hook", {"name": "gae", "keys": {"rewards": "next.r"}}, key="hooks.gae", gamma=0.9)
+    assert info.value.key == "hooks.gae.keys.rewards" and "reward" in info.value.fix
+    hook = build("hook", {"name": "gae", "group": "agents"}, key="hooks.gae", gamma=0.9)
+    assert hook.keys["reward"] == "next.agents.reward" and hook.keys["done"] == "next.done"
 
 
 def test_gae_hook_recomputes_each_epoch_with_the_current_critic():
