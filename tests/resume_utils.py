@@ -32,7 +32,8 @@ from rlrun.trainer.hooks import Hook
 from rlrun.trainer.loop import Trainer
 
 # The hooks whose points the trainer calls at intervals (``Hook.every``): ProbeTrainer records when.
-FILTERED = (("evaluation", "post_steps_log"), ("checkpoint", "post_steps_log"), ("target_update", "post_optim"))
+FILTERED = (("evaluation", "post_steps_log"), ("checkpoint", "post_steps_log"),
+            ("target_update", "post_optim"))
 
 # Wall-clock fields: they round-trip through a checkpoint exactly but differ between two runs.
 TIMING_KEYS = ("seconds", "eval/time_total_s")

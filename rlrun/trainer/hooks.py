@@ -8,9 +8,10 @@ collect automatically.
 
 A hook declares what it needs instead of relying on its place in the config:
 ``io()`` names the batch keys it reads and writes at each point,
-``after`` names hooks it must follow, and ``every`` how often a point runs. ``rlrun.trainer.wiring`` orders the hooks
-of each point from these declarations and turns an impossible order or a
-missing producer into a ``ConfigError`` that names both hooks.
+``after`` names hooks it must follow, and ``every`` how often a point runs.
+``rlrun.trainer.wiring`` orders the hooks of each point from these declarations
+and turns an impossible order or a missing producer into a ``ConfigError`` that
+names both hooks.
 """
 
 from __future__ import annotations

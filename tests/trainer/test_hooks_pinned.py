@@ -21,7 +21,7 @@ from rlrun.algos.sac import SACLoss
 from rlrun.buffers.factory import make_replay_buffer
 from rlrun.envs.gym import EnvSpec
 from rlrun.policy import Policy
-from rlrun.trainer.hooks import GAE, LRProgress, dispatch, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate
+from rlrun.trainer.hooks import GAE, LRProgress, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate, dispatch
 from rlrun.trainer.loop import Trainer
 from rlrun.trainer.optim import make_optimizer
 
