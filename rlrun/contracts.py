@@ -26,11 +26,6 @@ from torch import Tensor, nn
 Key = str | tuple[str, ...]
 
 
-def key_name(key: Key) -> str:
-    """``("next", "reward") -> "next.reward"``: how keys are named in messages and declarations."""
-    return ".".join(key) if isinstance(key, tuple) else key
-
-
 # What every collector writes into a batch (before any hook runs).
 COLLECTED_KEYS: frozenset[str] = frozenset({
     "observation", "action", "next.observation", "next.reward", "next.terminated",
