@@ -67,8 +67,19 @@ def env_name(choice: str, env_id: str | None) -> str:
     return str(env_id).rpartition(":")[2].replace("/", "_")
 
 
+def _run_name_excluded(task_overrides: list[str]) -> list[str]:
+    """Hydra's ``override_dirname.exclude_keys``: the keys of this command's overrides that
+    ``rlrun.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
+    so the list is made per command from the one list of prefixes)."""
+    from rlrun.confighash import run_name_excluded
+
+    keys = [o.lstrip("~+").partition("=")[0].partition("@")[0] for o in task_overrides]
+    return run_name_excluded(keys)
+
+
 def register_resolvers() -> None:
-    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name)):
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name),
+                     ("rlrun_run_name_excluded", _run_name_excluded)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
