@@ -244,7 +244,8 @@ class TargetUpdate(Hook):
     """
 
     def __init__(self, interval_updates: int):
-        self.every = {"post_optim": Every(interval_updates)}
+        self.interval = interval_updates
+        self.every = {"post_optim": Every(interval_updates)}  # the trainer's dispatch filters
 
     def post_optim(self, trainer) -> None:
         trainer.loss.update_targets()
