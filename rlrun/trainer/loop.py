@@ -20,7 +20,9 @@ points, in order::
             post_eval(metrics)                  # after each evaluation, from the evaluation hook
 
 The budget counts env frames (online) or optimiser steps (offline, ``total_updates``);
-``trainer.clock`` is the count in the budget's unit, and every interval counts in it.
+``trainer.clock`` is the count in the budget's unit, and every interval counts in it: a hook
+declares ``every`` and the dispatch calls its point only when the clock crosses a multiple
+(``rlrun.trainer.hooks.dispatch``), so hooks count nothing and checkpoint no schedule.
 """
 
 from __future__ import annotations
