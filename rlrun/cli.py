@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 from importlib.resources import files
@@ -34,6 +33,7 @@ from omegaconf import OmegaConf
 
 from rlrun import __version__
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.rundir import git_commit
 from rlrun.signals import exit_code
 
 CONF_DIR = Path(str(files("rlrun.conf")))
@@ -67,8 +67,19 @@ def env_name(choice: str, env_id: str | None) -> str:
     return str(env_id).rpartition(":")[2].replace("/", "_")
 
 
+def _run_name_excluded(task_overrides: list[str]) -> list[str]:
+    """Hydra's ``override_dirname.exclude_keys``: the keys of this command's overrides that
+    ``rlrun.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
+    so the list is made per command from the one list of prefixes)."""
+    from rlrun.confighash import run_name_excluded
+
+    keys = [o.lstrip("~+").partition("=")[0].partition("@")[0] for o in task_overrides]
+    return run_name_excluded(keys)
+
+
 def register_resolvers() -> None:
-    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name)):
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name),
+                     ("rlrun_run_name_excluded", _run_name_excluded)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -226,15 +237,6 @@ def _check_writable(parsed: list, multirun: bool) -> None:
                               ", or run rlrun from a writable directory")) from None
 
 
-def _git_commit(where: Path | str) -> str | None:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=where)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def env_package(env_id: str) -> str | None:
     """The distribution implementing a gymnasium id (mujoco, ale-py, a user's package), if not gymnasium."""
     import gymnasium as gym
@@ -289,7 +291,7 @@ def run_tags(hc, cfg=None) -> dict[str, str]:
 
             tags.update(job_tags(str(hc.sweep.dir), OmegaConf.to_container(cfg.logger, resolve=True),
                                  hc.runtime.cwd))
-    user, own = _git_commit(hc.runtime.cwd), _git_commit(Path(__file__).parent)
+    user, own = git_commit(hc.runtime.cwd), git_commit()
     if user:
         tags["git_commit"] = user
     if own and own != user:

@@ -22,8 +22,6 @@ Batch layout (``[num_envs, T]``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -63,10 +61,6 @@ class VmasCollector(SyncCollector):
         self._state: Tensor | None = None
         # its staging memory is reused batch after batch
         self._staged = _StagedColumns(shifted={("next", GROUP, "observation"): (GROUP, "observation")})
-
-    def __iter__(self) -> Iterator[TensorDict]:
-        while self.frames < self.total_frames:
-            yield self.collect()
 
     def _random_action(self) -> dict[str, Tensor]:
         return {"action": super()._random_action()["action"].to(self.device)}  # acts where the policy does

@@ -93,8 +93,6 @@ class MultiCollector:
         init_random_frames: Leading frames with uniform random actions (split over workers).
         seed: Worker ``w`` uses ``seed + w * SEED_STRIDE`` for its envs, actions and torch RNG.
         device: Where batches are put.
-        auto_update_weights: Push the policy's weights before every batch is requested, for
-            loops that never call ``update_policy_weights`` (today's ``run.py``).
         start_method: ``"spawn"`` or ``"forkserver"`` (never ``"fork"``: torch threads).
         timeout_s: Raise :class:`WorkerError` when no worker reports for this long.
         rollouts_per_batch: ``async`` only: rollouts gathered per batch, in arrival order (the
@@ -113,7 +111,7 @@ class MultiCollector:
     def __init__(self, env_fn: Callable[[], Any], policy: nn.Module, frames_per_batch: int,
                  total_frames: int, workers: int = 2, mode: str = "sync", method: str = "explore",
                  init_random_frames: int = 0,
-                 seed: int = 0, device: str = "cpu", auto_update_weights: bool = False,
+                 seed: int = 0, device: str = "cpu",
                  start_method: str = "forkserver", timeout_s: float = 600.0, poll_s: float = 0.2,
                  rollouts_per_batch: int = 1):
         self._closed, self._procs, self._cmd_qs, self._res_q = True, [], [], None  # for an early __del__
@@ -132,7 +130,7 @@ class MultiCollector:
                               fix="use collector=multi_async, or remove collector.rollouts_per_batch")
         self.rollouts_per_batch = rollouts_per_batch
         self.mode, self.workers, self.device = mode, workers, torch.device(device)
-        self.auto_update_weights, self.timeout_s, self.poll_s = auto_update_weights, timeout_s, poll_s
+        self.timeout_s, self.poll_s = timeout_s, poll_s
         self.frames, self.policy_version = 0, 0
         self._source = policy
         self._returns: list[float] = []
@@ -288,8 +286,6 @@ class MultiCollector:
 
     def _iter_sync(self) -> Iterator[TensorDict]:
         while self.frames < self.total_frames:
-            if self.auto_update_weights:
-                self.update_policy_weights()
             steps = min(self.steps, (self.total_frames - self.frames) // (self.num_envs * self.workers))
             for q in self._cmd_qs:
                 q.put(("collect", 0, steps))
@@ -331,8 +327,6 @@ class MultiCollector:
                 batch = torch.cat(same, 0) if len(same) > 1 else same[0]
                 self.frames += batch.numel()
                 yield batch
-                if self.auto_update_weights:
-                    self.update_policy_weights()
 
     def _take(self, w: int, slot: int, steps: int, version: int, returns: list, lengths: list) -> TensorDict:
         """The slot's rollout as a fresh TensorDict (the slot is reused for the next rollout)."""
@@ -442,7 +436,7 @@ def _make(mode: str, env, policy, frames_per_batch: int, total_frames: int, work
     # the builder made `env` for its spec and closes it itself; each worker builds its own from env.factory
     return MultiCollector(env_fn, policy.actor, frames_per_batch, total_frames, workers, mode,
                           "explore" if explore else "act", init_random_frames,
-                          seed, device, auto_update_weights=False, start_method=start_method,
+                          seed, device, start_method=start_method,
                           timeout_s=timeout_s, rollouts_per_batch=rollouts_per_batch)
 
 

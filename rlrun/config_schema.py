@@ -14,7 +14,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
@@ -48,31 +48,36 @@ COMPONENT_SECTIONS = {"collector": "collector", "env": "env", "optim": "optim", 
                       "model": "model", "loss": "loss", "exploration": "exploration", "logger": "logger"}
 
 
-@dataclass
+# The sections conf/config.yaml writes out in full have their defaults there, and only there: the
+# dataclasses below give their keys' types and ranges (kw_only: no defaults, any order). A key deleted
+# from the config is then reported missing rather than filled from a second copy of its default.
+
+
+@dataclass(kw_only=True)
 class TrainerSection:
-    epochs_per_batch: PositiveInt = 1
-    optim_steps_per_epoch: NonNegativeInt | None = None  # null: derived (rlrun.build)
-    updates_per_frame: PositiveFloat | None = None       # off-policy update-to-data ratio
-    learning_starts: NonNegativeInt | None = None        # null: collector.init_random_frames
+    epochs_per_batch: PositiveInt
+    optim_steps_per_epoch: NonNegativeInt | None  # null: derived (rlrun.build)
+    updates_per_frame: PositiveFloat | None       # off-policy update-to-data ratio
+    learning_starts: NonNegativeInt | None        # null: collector.init_random_frames
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalSection:
-    interval_frames: NonNegativeInt = 25000  # 0: only the final evaluation
-    interval_updates: NonNegativeInt | None = None  # offline runs (budget in updates); 0: only the final
-    episodes: PositiveInt = 10
-    max_envs: PositiveInt = 10
-    target_return: float | None = None
-    video: bool = False            # record evaluation episodes (rlrun.video.EvalVideo)
-    video_every: PositiveInt = 1   # every k-th evaluation
+    interval_frames: NonNegativeInt          # 0: only the final evaluation
+    interval_updates: NonNegativeInt | None  # offline runs (budget in updates); 0: only the final
+    episodes: PositiveInt
+    max_envs: PositiveInt
+    target_return: float | None
+    video: bool               # record evaluation episodes (rlrun.video.EvalVideo)
+    video_every: PositiveInt  # every k-th evaluation
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CheckpointSection:
-    interval_frames: NonNegativeInt = 50000
-    interval_updates: NonNegativeInt | None = None  # offline runs (budget in updates)
-    buffer: bool | Literal["auto"] = "auto"
-    max_buffer_mb: NonNegativeFloat = 2048
+    interval_frames: NonNegativeInt
+    interval_updates: NonNegativeInt | None  # offline runs (budget in updates)
+    buffer: bool | Literal["auto"]
+    max_buffer_mb: NonNegativeFloat
 
 
 @dataclass
@@ -99,27 +104,31 @@ class OnlineSection:
     max_steps: PositiveInt = 100_000     # vector steps per round at most
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunConfig:
-    """The top level of a run's config (component sections are checked by their factories)."""
+    """The top level of a run's config (component sections are checked by their factories).
+
+    Defaults: conf/config.yaml (``???`` where a preset must set the value); ``paper`` and
+    ``online``, which only presets write, have theirs in their dataclasses.
+    """
 
     total_frames: Budget | None          # online budget (env steps); null for offline runs
-    total_updates: Budget | None = None  # offline budget (optimiser steps)
-    dataset: str | None = None           # offline data: a Minari dataset id (`rlrun dataset list`)
-    dataset_root: str | None = None      # where datasets live (null: $MINARI_DATASETS_PATH, ~/.minari)
-    gamma: Fraction = 0.99
-    seed: Seed = 0
-    device: str = "auto"
-    threads: Annotated[int, Range(ge=1)] | None = 1
-    resume: bool | str = "auto"
-    resume_allow_changes: bool = False
-    progress: bool | Literal["auto"] = "auto"
-    trainer: TrainerSection = field(default_factory=TrainerSection)
-    eval: EvalSection = field(default_factory=EvalSection)
-    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    total_updates: Budget | None         # offline budget (optimiser steps)
+    dataset: str | None                  # offline data: a Minari dataset id (`rlrun dataset list`)
+    dataset_root: str | None             # where datasets live (null: $MINARI_DATASETS_PATH, ~/.minari)
+    gamma: Fraction
+    seed: Seed
+    device: str
+    threads: Annotated[int, Range(ge=1)] | None
+    resume: bool | str
+    resume_allow_changes: bool
+    progress: bool | Literal["auto"]
+    trainer: TrainerSection
+    eval: EvalSection
+    checkpoint: CheckpointSection
+    hooks: dict[str, Any]
     paper: PaperSection | None = None
     online: OnlineSection | None = None  # online DT's schedule of sources (rlrun.algos.odt)
-    hooks: dict[str, Any] = field(default_factory=dict)
 
 
 def validate_sections(cfg: DictConfig | dict) -> None:

@@ -38,13 +38,13 @@ def explain(overrides: list[str]) -> str:
     import torch
 
     from rlrun.build import build_run
-    from rlrun.run import validate
+    from rlrun.config_schema import validate_sections
     from rlrun.trainer.builtins import Checkpointing
     from rlrun.trainer.loop import Trainer
     from rlrun.trainer.wiring import describe
 
     cfg = compose_config(overrides)
-    validate(cfg)
+    validate_sections(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         run = build_run(cfg, Path(tmp), torch.device("cpu"))
         try:

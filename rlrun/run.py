@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlrun import checkpoint
 from rlrun.build import Run, build_run, resolve_device
 from rlrun.config_schema import validate_sections
+from rlrun.confighash import SAFE_TO_CHANGE, matches
 from rlrun.errors import CheckpointError, ConfigError
 from rlrun.record import pause_point
 from rlrun.registry import build
@@ -28,14 +29,6 @@ from rlrun.trainer.loop import Trainer
 from rlrun.use import write_policy_file
 
 CHECKPOINT = "checkpoint.pt"
-
-
-def validate(cfg: DictConfig) -> None:
-    """Checks every section against its schema before anything is built (``rlrun.config_schema``).
-
-    Rules that span components are checked when they are built (``rlrun.build``).
-    """
-    validate_sections(cfg)
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
@@ -71,7 +64,7 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         run_dir: Where checkpoints, config and summary go.
         tags: Set on a new tracking run (algo, env, sweep, job number, commit, ...).
     """
-    validate(cfg)
+    validate_sections(cfg)  # every section against its schema; cross-component rules: rlrun.build
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -223,13 +216,6 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     return summary
 
 
-# Keys a resumed run may change without asking: budgets, schedules of evaluation and
-# checkpoints, where and how it logs and runs. Anything else changes the experiment.
-SAFE_TO_CHANGE = ("total_frames", "total_updates", "eval.", "checkpoint.", "logger.", "progress", "resume",
-                  "device", "threads", "hooks.optuna_pruning.", "resume_allow_changes",
-                  "collector.ray_address")
-
-
 def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
     """The tracker run to continue, the config changes to list, the tags to add."""
     plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}, "continues": False}
@@ -245,7 +231,7 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=False))
     changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
                if old.get(k, "<unset>") != new.get(k, "<unset>")]
-    unsafe = [c for c in changes if not c[0].startswith(SAFE_TO_CHANGE)]
+    unsafe = [c for c in changes if not matches(c[0], SAFE_TO_CHANGE)]
     if unsafe and not cfg.get("resume_allow_changes"):
         listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe[:8])
         raise ConfigError(

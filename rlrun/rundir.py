@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -106,3 +107,21 @@ def write_tracking(run_dir: Path, info: dict[str, Any]) -> None:
     from rlrun.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
 
     atomic_write_text(Path(run_dir) / TRACKING_FILE, json.dumps(info, indent=2))
+
+
+def git_commit(where: Path | str | None = None, mark_dirty: bool = False) -> str | None:
+    """The commit checked out at ``where`` (default: rlrun's own source tree), for run tags and
+    reports; ``mark_dirty`` appends ``+dirty`` when tracked files have local changes. None outside git."""
+    where = Path(__file__).parent if where is None else where
+
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=where)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        if commit and mark_dirty and git("status", "--porcelain", "--untracked-files=no", "--", "."):
+            commit += "+dirty"
+        return commit
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 import gymnasium as gym
 import numpy as np
 
-from rlrun.datasets.minari_format import Episode, write_dataset
+from rlrun.datasets.minari_format import MAIN_FILE, Episode, dataset_path, read_metadata, write_dataset
 
 
 def record_episode(env: gym.Env, choose, seed: int) -> Episode:
@@ -87,3 +90,11 @@ def detuned_balancers_dataset(dataset_id: str, root, episodes: int = 40, max_ret
     write_dataset(dataset_id, eps, env.observation_space, env.action_space, env_spec=env.spec, root=root,
                   algorithm_name="detuned-balancers")
     env.close()
+
+
+def verify_checksum(dataset_id: str, root: str | os.PathLike | None = None) -> bool:
+    """Whether ``main_data.hdf5`` still has the SHA-256 rlrun recorded in the metadata when writing it."""
+    recorded = read_metadata(dataset_id, root).get("rlrun", {}).get("sha256")
+    assert recorded is not None, f"dataset {dataset_id} carries no rlrun checksum (not written by rlrun)"
+    data = (dataset_path(dataset_id, root) / "data" / MAIN_FILE).read_bytes()
+    return hashlib.sha256(data).hexdigest() == recorded

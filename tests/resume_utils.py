@@ -31,6 +31,10 @@ from rlrun import checkpoint
 from rlrun.trainer.hooks import Hook
 from rlrun.trainer.loop import Trainer
 
+# The hooks whose points the trainer calls at intervals (``Hook.every``): ProbeTrainer records when.
+FILTERED = (("evaluation", "post_steps_log"), ("checkpoint", "post_steps_log"),
+            ("target_update", "post_optim"))
+
 # Wall-clock fields: they round-trip through a checkpoint exactly but differ between two runs.
 TIMING_KEYS = ("seconds", "eval/time_total_s")
 
@@ -166,8 +170,22 @@ class ProbeTrainer(Trainer):
 
     def __init__(self, collector, loss, optimizer, hooks, *args, **kwargs):
         hooks["probe"] = _Probe(self)  # last, so that it sees every other hook's work on a batch
+        self.fired: list[tuple[str, int, int]] = []
+        for name, point in FILTERED:
+            if name in hooks:
+                self._record(hooks[name], name, point)
         super().__init__(collector, loss, optimizer, hooks, *args, **kwargs)
         type(self).last = self
+
+    def _record(self, hook: Hook, name: str, point: str) -> None:
+        """Appends ``(hook, frames, optimiser steps)`` to ``fired`` whenever the dispatch calls ``point``."""
+        method = getattr(hook, point)
+
+        def recorded(trainer, *args):
+            self.fired.append((name, trainer.frames, trainer.optim_steps))
+            return method(trainer, *args)
+
+        setattr(hook, point, recorded)  # an instance attribute: the trainer's dispatch finds it
 
     def train(self) -> None:
         self.snapshots["start"] = component_states(self)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
+
+from rlrun.rundir import git_commit
 
 
 def interleave(cases: dict[str, Callable[[], Any]], reps: int, warmup: int = 1) -> dict[str, list[float]]:
@@ -72,18 +73,6 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _git_commit() -> str | None:
-    """The commit of the rlrun source tree, with ``+dirty`` for local changes; None outside git."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True,
-                                        timeout=10, check=True).stdout.strip()  # noqa: E731
-        dirty = run("status", "--porcelain", "--untracked-files=no", "--", "..")
-        return run("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def header() -> dict[str, Any]:
     """The machine and library versions the figures were measured with."""
     import torch
@@ -94,7 +83,7 @@ def header() -> dict[str, Any]:
         usable = os.cpu_count()
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "rlrun_commit": _git_commit(),
+        "rlrun_commit": git_commit(mark_dirty=True),
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "usable_cores": usable,

@@ -21,13 +21,10 @@ def make_replay_buffer(capacity: PositiveInt | None, batch_size: PositiveInt,
                        run_dir: Path | None = None) -> ReplayBuffer:
     """Replay buffer in RAM or on disk (memmap): uniform, without-replacement or prioritized.
 
-    ``capacity: null`` is for on-policy minibatches: the builder sets it to one collected batch.
+    ``capacity: null`` is for on-policy minibatches. The capacity is checked in one place: its
+    range by the annotation (the registry), the rest by ``rlrun.build`` (on-policy: one collected
+    batch, set there; off-policy: required, at least one batch).
     """
-    if capacity is None:
-        raise ConfigError("needs a capacity", key="buffer.capacity", fix="set buffer.capacity, e.g. 1000000")
-    if capacity <= 0 or batch_size <= 0:
-        key = "buffer.capacity" if capacity <= 0 else "buffer.batch_size"
-        raise ConfigError("must be a positive integer", key=key, fix=f"set {key} to e.g. 1000000")
     if sampler not in SAMPLERS:
         raise ConfigError(f"unknown sampler {sampler!r}", key="buffer.sampler",
                           fix=f"use one of {', '.join(SAMPLERS)}")

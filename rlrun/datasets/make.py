@@ -35,6 +35,7 @@ import numpy as np
 
 from rlrun.datasets.scores import D4RL_REFERENCE
 from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.rundir import git_commit
 
 if TYPE_CHECKING:
     import torch
@@ -259,12 +260,6 @@ def rollout_episodes(policy: Any, env_id: str, episodes: int, seed: int, num_env
 
 # -- make ----------------------------------------------------------------------------------------
 
-def _git_commit() -> str | None:
-    from rlrun.cli import _git_commit as commit
-
-    return commit(Path(__file__).parent)
-
-
 def _parse(args: list[str]) -> tuple[dict[str, str], list[str]]:
     own, rest = {}, []
     for a in args:
@@ -345,7 +340,7 @@ def make(args: list[str]) -> Path:
     from importlib.metadata import version as pkg_version
 
     receipts = {
-        "seed": seed, "git_commit": _git_commit(), "env_id": env_id, "kind": kind,
+        "seed": seed, "git_commit": git_commit(), "env_id": env_id, "kind": kind,
         "source": str(run_dir), "sac_frames": int(summary["frames"]),
         "sac_eval_return": reached, "medium_threshold": threshold if level == "medium" else None,
         "threshold_reason": rec.why if level == "medium" else None,

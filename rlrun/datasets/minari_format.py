@@ -453,15 +453,6 @@ def _unreadable(path: Path, err: BaseException) -> ConfigError:
                        "or download it again")
 
 
-def verify_checksum(dataset_id: str, root: str | os.PathLike | None = None) -> bool:
-    """Whether ``main_data.hdf5`` still has the SHA-256 recorded when rlrun wrote it."""
-    meta = read_metadata(dataset_id, root)
-    recorded = meta.get("rlrun", {}).get("sha256")
-    if recorded is None:
-        raise ValueError(f"dataset {dataset_id} carries no rlrun checksum (not written by rlrun)")
-    return _sha256(dataset_path(dataset_id, root) / "data" / MAIN_FILE) == recorded
-
-
 def _episode_keys(f) -> list[str]:
     return sorted((k for k in f.keys() if k.startswith("episode_")), key=lambda k: int(k[8:]))
 

@@ -44,11 +44,3 @@ def normalized_score(returns: Any, ref_min: float, ref_max: float) -> np.ndarray
 def d4rl_normalized_score(returns: Any, env: str) -> np.ndarray:
     """D4RL-normalised score of raw episode returns on ``env``."""
     return normalized_score(returns, *d4rl_reference(env))
-
-
-def dataset_normalized_score(returns: Any, metadata: dict[str, Any]) -> np.ndarray:
-    """Normalised with a dataset's own ``ref_min_score``/``ref_max_score`` (minari metadata)."""
-    if metadata.get("ref_min_score") is None or metadata.get("ref_max_score") is None:
-        raise ConfigError(f"dataset {metadata.get('dataset_id')} has no reference scores", key="dataset",
-                          fix="use a dataset made with ref_min_score/ref_max_score, or d4rl_normalized_score")
-    return normalized_score(returns, metadata["ref_min_score"], metadata["ref_max_score"])

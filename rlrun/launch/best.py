@@ -14,7 +14,6 @@ user passes ``trust_code``.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrun import __version__
 from rlrun.errors import ConfigError
+from rlrun.rundir import git_commit
 
 _MISSING = object()
 
@@ -85,15 +85,6 @@ def best_config(best: dict[str, Any], overrides: list[str], seed: int | None = N
     return cfg
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def rerun_best(study_dir: Path, overrides: list[str], seed: int | None = None,
                run_dir: Path | None = None, dry_run: bool = False,
                trust_code: bool = False) -> dict[str, Any] | None:
@@ -122,7 +113,7 @@ def rerun_best(study_dir: Path, overrides: list[str], seed: int | None = None,
     tags = {**{k: str(v) for k, v in (best.get("choices") or {}).items()}, "rlrun_version": __version__,
             "hpo_study": str(best["study_name"]), "hpo_trial": str(best["trial"]),
             "hpo_rerun_of": str(Path(best["config"]).parent)}
-    commit = _git_commit()
+    commit = git_commit()
     if commit:
         tags["git_commit"] = commit
     if trust_code:

@@ -145,22 +145,6 @@ class GroupActor(nn.Module):
         return out.argmax(-1) if self.head == "categorical" else out
 
 
-class CentralisedQ(nn.Module):
-    """MADDPG's critic: agent i's ``Q_i(o_1..o_n, a_1..a_n)`` from all observations and actions.
-
-    Returns ``[..., n_agents]``; parameters are per agent unless ``share_params``.
-    """
-
-    def __init__(self, n_agents: int, obs_dim: int, action_dim: int, hidden: list[int],
-                 activation: str = "relu", share_params: bool = False):
-        super().__init__()
-        self.net = GroupMLP(n_agents, obs_dim + action_dim, 1, hidden, activation, share_params,
-                            centralised=True)
-
-    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
-        return self.net(torch.cat([obs.float(), action], -1)).squeeze(-1)
-
-
 class VDNMixer(nn.Module):
     """Value decomposition: ``Q_tot = sum_i Q_i`` (the state is ignored)."""
 

@@ -17,8 +17,9 @@ from rlrun.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import (
     DatasetSamples,
+    Every,
     Hook,
-    LinearLR,
+    LRProgress,
     OffPolicyReplay,
     OnPolicyMinibatches,
     TrainStats,
@@ -84,8 +85,8 @@ def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
     ``unit`` is the budget's (frames or updates): evaluation counts its interval in it.
     """
     hooks: dict[str, tuple[Hook, str]] = {}
-    if optimizer.lr_schedule == "linear":
-        hooks["linear_lr"] = (LinearLR(), "built in: optim.lr_schedule=linear")
+    if optimizer.lr_schedule == "linear":  # the schedule that follows progress (warmup counts updates)
+        hooks["linear_lr"] = (LRProgress(), "built in: optim.lr_schedule=linear")
     hooks["train_stats"] = (TrainStats(), "built in: metrics")
     seed = cfg.seed + EVAL_SEED_OFFSET
     evaluator = Evaluator(eval_env, cfg.eval.episodes, seed=seed, device=device)  # an agent group too
@@ -108,22 +109,13 @@ class Checkpointing(Hook):
     after = ("evaluation",)  # the saved evaluation schedule is the one after this batch's
 
     def __init__(self, save: Callable[[], None], interval: int):
-        self.save, self.interval, self.next_at = save, interval, interval
+        self.save, self.interval = save, interval
+        self.every = {"post_steps_log": Every(interval)}  # the trainer's dispatch filters
 
     def post_steps_log(self, trainer, batch) -> None:
-        clock = trainer.clock
-        if self.interval > 0 and clock >= self.next_at:
-            # the loop's last batch is saved by train() right after the loop: not twice
-            if not trainer.done and not trainer.stop_reason and not trainer.diverged:
-                self.save()
-            while self.next_at <= clock:
-                self.next_at += self.interval
-
-    def state_dict(self) -> dict:
-        return {"next_at": self.next_at}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.next_at = int(state["next_at"])
+        # the loop's last batch is saved by train() right after the loop: not twice
+        if not trainer.done and not trainer.stop_reason and not trainer.diverged:
+            self.save()
 
 
 class ProgressHook(Hook):

@@ -7,15 +7,18 @@ state implement ``state_dict`` and ``load_state_dict``, which checkpoints
 collect automatically.
 
 A hook declares what it needs instead of relying on its place in the config:
-``io()`` names the batch keys it reads and writes at each point, and
-``after`` names hooks it must follow. ``rlrun.trainer.wiring`` orders the hooks
-of each point from these declarations and turns an impossible order or a
-missing producer into a ``ConfigError`` that names both hooks.
+``io()`` names the batch keys it reads and writes at each point,
+``after`` names hooks it must follow, and ``every`` how often a point runs.
+``rlrun.trainer.wiring`` orders the hooks of each point from these declarations
+and turns an impossible order or a missing producer into a ``ConfigError`` that
+names both hooks.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -30,15 +33,65 @@ HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_bat
 
 IO = dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
 
+# Points inside the optimisation loop: their interval counts optimiser steps (the step being taken,
+# 1-based); the other points run once per batch and count the budget's clock (frames or updates).
+STEP_POINTS = ("process_optim_batch", "post_loss", "post_optim")
+_CHAINED = ("process_batch", "process_optim_batch")  # points that return the batch
+
+
+@dataclass(frozen=True)
+class Every:
+    """An interval filter on a hook point, applied by the trainer's dispatch (``Hook.every``).
+
+    The point runs when its clock crosses a multiple of ``interval`` (several multiples crossed by
+    one batch: once). The clock is stateless (the trainer's counters), so a resumed run fires at
+    the same clocks as an uninterrupted one.
+
+    Attributes:
+        interval: In the point's clock (see ``STEP_POINTS``); 0: never on the interval.
+        final: Also run on the batch that spends the budget.
+    """
+
+    interval: int
+    final: bool = False
+
+
+def dispatch(hook: Hook, point: str) -> Callable[..., Any]:
+    """``hook``'s ``point`` method, filtered by its ``every`` declaration when it has one for it.
+
+    Batch points compare ``trainer.clock`` with ``trainer.last_clock`` (the clock at the end of
+    the previous batch); step points compare the step being taken with the one before.
+    """
+    fn = getattr(hook, point)
+    rule = hook.every.get(point)
+    if rule is None:
+        return fn
+    rule = rule if isinstance(rule, Every) else Every(int(rule))
+    interval, final, step_point, chained = rule.interval, rule.final, point in STEP_POINTS, point in _CHAINED
+
+    def filtered(trainer, *args):
+        if step_point:
+            now, before = trainer.optim_steps + 1, trainer.optim_steps
+        else:
+            now, before = trainer.clock, trainer.last_clock
+        if (interval > 0 and now // interval > before // interval) or (final and trainer.done):
+            return fn(trainer, *args)
+        return args[0] if chained else None
+
+    return filtered
+
 
 class Hook:
     """Base class: override the hook points you need.
 
     Attributes:
         after: Names of hooks that must run before this one at every point both use.
+        every: ``{point: Every(...) or an interval}``: the trainer calls those points only when
+            their clock crosses a multiple of the interval (``dispatch``); hooks count nothing.
     """
 
     after: ClassVar[tuple[str, ...]] = ()
+    every: dict[str, Every | int] = {}
 
     def io(self) -> IO:
         """Batch keys read and written, by point: ``{point: (reads, writes)}`` (dotted nested keys)."""
@@ -232,18 +285,11 @@ class TargetUpdate(Hook):
     """
 
     def __init__(self, interval_updates: int):
-        self.interval, self.count = interval_updates, 0
+        self.interval = interval_updates
+        self.every = {"post_optim": Every(interval_updates)}  # the trainer's dispatch filters
 
     def post_optim(self, trainer) -> None:
-        self.count += 1
-        if self.count % self.interval == 0:
-            trainer.loss.update_targets()
-
-    def state_dict(self) -> dict:
-        return {"count": self.count}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.count = int(state["count"])
+        trainer.loss.update_targets()
 
 
 @register("hook", "observation_stats")
@@ -267,8 +313,9 @@ class ObservationStats(Hook):
         self._pending = None
 
 
-class LinearLR(Hook):
-    """Anneals the optimiser's learning rates with training progress (``optim.lr_schedule=linear``)."""
+class LRProgress(Hook):
+    """Feeds the budget's progress, once per batch, to the optimiser's LR schedule
+    (``OptimizerStep.lr_factor``, the one schedule; wired for ``optim.lr_schedule=linear``)."""
 
     def post_steps(self, trainer) -> None:
         trainer.optimizer.anneal(trainer.progress)

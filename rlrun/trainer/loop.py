@@ -20,7 +20,9 @@ points, in order::
             post_eval(metrics)                  # after each evaluation, from the evaluation hook
 
 The budget counts env frames (online) or optimiser steps (offline, ``total_updates``);
-``trainer.clock`` is the count in the budget's unit, and every interval counts in it.
+``trainer.clock`` is the count in the budget's unit, and every interval counts in it: a hook
+declares ``every`` and the dispatch calls its point only when the clock crosses a multiple
+(``rlrun.trainer.hooks.dispatch``), so hooks count nothing and checkpoint no schedule.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Literal
 
 from tensordict import TensorDict
 
-from rlrun.trainer.hooks import HOOK_POINTS, Hook
+from rlrun.trainer.hooks import HOOK_POINTS, Hook, dispatch
 from rlrun.trainer.wiring import plan
 
 
@@ -88,7 +90,9 @@ class Trainer:
         self._metrics: dict[str, float] = {}
         self._start = time.perf_counter()
         self.order = plan(hooks, provided, getattr(loss, "reads", ()), f"the loss {type(loss).__name__}")
-        self._points = {p: [getattr(hooks[n], p) for n in self.order[p]] for p in HOOK_POINTS}
+        # hooks that declare ``every`` are called only when their interval's clock crosses a multiple
+        self._points = {p: [dispatch(hooks[n], p) for n in self.order[p]] for p in HOOK_POINTS}
+        self.last_clock = 0  # the clock at the end of the previous batch (set again by train())
         self._push_weights = getattr(collector, "update_policy_weights", None)
 
     @property
@@ -122,6 +126,7 @@ class Trainer:
     def train(self) -> None:
         if self.done:
             return
+        self.last_clock = self.clock  # a resumed run's intervals continue from its restored clock
         for batch in self.collector:
             self.batches += 1
             batch = self._chain("process_batch", batch)
@@ -141,6 +146,7 @@ class Trainer:
                 self._push_weights()  # collectors with worker processes act with the new weights next
             self.call_hooks("post_steps_log", batch)
             self.flush_metrics()
+            self.last_clock = self.clock
             if self.stop_reason or (self._max_updates is not None and self.done):
                 break
 

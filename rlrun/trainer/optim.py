@@ -66,12 +66,25 @@ class OptimizerStep:
             self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
         self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
         self.last_grad_norms: dict[str, Tensor] = {}
-        if lr_schedule == "warmup":
-            self._warm_up()
+        self.progress = 0.0  # of the training budget, fed by ``anneal``
+        self._apply_schedule()
 
-    def _warm_up(self) -> None:
-        """LambdaLR's warm-up as the DT reference sets it: ``min(1, (updates + 1) / warmup_steps)``."""
-        factor = min(1.0, (self.updates + 1) / self.warmup_steps)
+    def lr_factor(self) -> float:
+        """The one LR schedule: the factor on each group's base rate now.
+
+        ``linear``: ``1 - progress`` (progress fed once per batch by ``anneal``); ``warmup``:
+        LambdaLR's warm-up as the DT reference sets it, ``min(1, (updates + 1) / warmup_steps)``.
+        """
+        if self.lr_schedule == "linear":
+            return max(1.0 - self.progress, 0.0)
+        if self.lr_schedule == "warmup":
+            return min(1.0, (self.updates + 1) / self.warmup_steps)
+        return 1.0
+
+    def _apply_schedule(self) -> None:
+        if self.lr_schedule == "constant":
+            return  # the rates stay the config's
+        factor = self.lr_factor()
         for g, opt in self.optimizers.items():
             for pg, base in zip(opt.param_groups, self.base_lrs[g]):
                 pg["lr"] = base * factor
@@ -91,14 +104,13 @@ class OptimizerStep:
             opt.step()
         self.updates += 1
         if self.lr_schedule == "warmup" and self.updates <= self.warmup_steps:
-            self._warm_up()
+            self._apply_schedule()  # per update until the warm-up ends; constant after
 
     def anneal(self, progress: float) -> None:
-        """Sets learning rates for training progress in [0, 1] (linear schedule only)."""
+        """Feeds training progress in [0, 1] to the schedule (the ``linear`` one follows it)."""
+        self.progress = progress
         if self.lr_schedule == "linear":
-            for g, opt in self.optimizers.items():
-                for pg, base in zip(opt.param_groups, self.base_lrs[g]):
-                    pg["lr"] = base * max(1.0 - progress, 0.0)
+            self._apply_schedule()
 
     def state_dict(self) -> dict:
         state = {g: o.state_dict() for g, o in self.optimizers.items()}
@@ -118,8 +130,7 @@ class OptimizerStep:
             for pg, h in zip(o.param_groups, hyper):
                 pg.update(h)
         self.updates = int(state.get("_updates", 0))
-        if self.lr_schedule == "warmup":
-            self._warm_up()
+        self._apply_schedule()
 
 
 def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: PositiveFloat = 3e-4,

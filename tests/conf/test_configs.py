@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 from rlrun.build import build_run
 from rlrun.cli import CONF_DIR, config_groups
+from rlrun.config_schema import validate_sections
 from rlrun.explain import compose_config
 from rlrun.registry import check_kwargs, lookup
-from rlrun.run import validate
 from rlrun.trainer.loop import Trainer
 
 GROUPS = config_groups()
@@ -57,7 +57,7 @@ def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
         pytest.importorskip("cv2")
         overrides.append(f"model={CNN_MODELS[algo]}")
     cfg = composed(*overrides, "eval.episodes=1")
-    validate(cfg)
+    validate_sections(cfg)
     if cfg.buffer.get("capacity") is not None:  # the real size is allocated lazily, but keep it small
         cfg.buffer.capacity = max(1000, cfg.collector.frames_per_batch)
     run = build_run(cfg, tmp_path, torch.device("cpu"))
@@ -78,7 +78,7 @@ def test_every_group_option_names_a_registered_component(group, option):
     if group == "tuned":
         algo, env = split_tuned(option)
         cfg = composed(f"algo={algo}", f"env={env}")
-        validate(cfg)
+        validate_sections(cfg)
         return
     node = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
     kind = {"optim": "optim", "logger": "logger"}.get(group, group)

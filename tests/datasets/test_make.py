@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from dataset_fakes import verify_checksum
 from offline_data import pendulum_medium_replay  # noqa: F401  (the session fixture)
 
 from rlrun.cli import main
 from rlrun.datasets.make import buffer_episodes
-from rlrun.datasets.minari_format import read_metadata, verify_checksum
+from rlrun.datasets.minari_format import read_metadata
 
 minari = pytest.importorskip("minari")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from dataset_fakes import verify_checksum
 
 from rlrun.datasets.minari_format import (
     Episode,
@@ -13,7 +14,6 @@ from rlrun.datasets.minari_format import (
     list_datasets,
     read_dataset,
     read_metadata,
-    verify_checksum,
     write_dataset,
 )
 from rlrun.errors import ConfigError

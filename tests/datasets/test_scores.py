@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlrun.datasets.scores import d4rl_normalized_score, d4rl_reference, dataset_normalized_score
+from rlrun.datasets.scores import d4rl_normalized_score, d4rl_reference
 from rlrun.errors import ConfigError
 
 
@@ -23,10 +23,3 @@ def test_paper_iql_halfcheetah_raw_return_maps_to_its_normalised_score():
         100 * (4864.0 + 280.178953) / (12135.0 + 280.178953))
     assert round(float(d4rl_normalized_score(4864.0, "halfcheetah")), 1) == 41.4
     assert d4rl_normalized_score([-20.272305, 3234.3], "Hopper-v5").tolist() == pytest.approx([0.0, 100.0])
-
-
-def test_dataset_reference_scores_and_missing_ones():
-    meta = {"dataset_id": "x/y-v0", "ref_min_score": -10.0, "ref_max_score": 30.0}
-    assert dataset_normalized_score([10.0], meta).tolist() == pytest.approx([50.0])
-    with pytest.raises(ConfigError, match="no reference scores"):
-        dataset_normalized_score([1.0], {"dataset_id": "x/y-v0"})

@@ -59,12 +59,13 @@ def test_the_run_gets_the_ray_backend_and_the_head_address_in_place_of_its_own()
 
 def test_the_run_directory_does_not_depend_on_where_ray_runs():
     """A requeued allocation may get another first node: the run must find its directory again."""
-    config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
-    excluded = config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
-    assert {"collector.backend", "collector.ray_address"} <= set(excluded)
-    from rlrun.run import SAFE_TO_CHANGE
+    from rlrun.cli import _run_name_excluded
+    from rlrun.confighash import SAFE_TO_CHANGE, matches
 
-    assert "collector.ray_address" in SAFE_TO_CHANGE
+    overrides = ["+paper=table1/impala_pong", "collector.backend=ray", "collector.ray_address=node01:6379",
+                 "env.num_envs=8", "algo=impala"]
+    assert _run_name_excluded(overrides) == ["collector.backend", "collector.ray_address", "algo"]
+    assert matches("collector.ray_address", SAFE_TO_CHANGE)
 
 
 def test_every_process_of_the_allocation_uses_token_auth_with_the_jobs_own_token(tmp_path):

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
-from rlrun.modules.multiagent import CentralisedQ, GroupActor, GroupMLP, QMixer, VDNMixer
+from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
 
 N, F, OUT, HIDDEN = 3, 5, 2, [7, 6]
 
@@ -76,6 +77,17 @@ def test_shared_centralised_output_is_the_same_for_every_agent():
     out = GroupMLP(N, F, 1, HIDDEN, share_params=True, centralised=True)(torch.randn(9, N, F))
     torch.testing.assert_close(out[:, 0], out[:, 1], rtol=0, atol=0)
     torch.testing.assert_close(out[:, 0], out[:, 2], rtol=0, atol=0)
+
+
+class CentralisedQ(nn.Module):
+    """A centralised critic ``Q_i(o_1..o_n, a_1..a_n)`` per agent, as MADDPG's is built."""
+
+    def __init__(self, n_agents: int, obs_dim: int, action_dim: int, hidden: list[int]):
+        super().__init__()
+        self.net = GroupMLP(n_agents, obs_dim + action_dim, 1, hidden, "relu", False, centralised=True)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs.float(), action], -1)).squeeze(-1)
 
 
 def test_maddpg_q_sees_every_agents_observation_and_action():

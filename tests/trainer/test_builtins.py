@@ -13,7 +13,7 @@ from rlrun.algos.sac import SACLoss
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q
 from rlrun.trainer.builtins import Checkpointing, DivergenceGuard, ProgressHook, learning_hooks
-from rlrun.trainer.hooks import OffPolicyReplay, OnPolicyMinibatches
+from rlrun.trainer.hooks import OffPolicyReplay, OnPolicyMinibatches, dispatch
 
 SPEC_D = EnvSpec((3,), "float32", True, 2)
 SPEC_C = EnvSpec((3,), "float32", False, 2)
@@ -21,7 +21,7 @@ SPEC_C = EnvSpec((3,), "float32", False, 2)
 
 class FakeTrainer:
     def __init__(self, frames=100, total=1000, grad_norms=None):
-        self.frames, self.diverged, self.stop_reason = frames, None, None
+        self.frames, self.diverged, self.stop_reason, self.last_clock = frames, None, None, 0
         self.collector = SimpleNamespace(total_frames=total)
         self.optimizer = SimpleNamespace(last_grad_norms=grad_norms or {})
         self.metrics: dict = {}
@@ -92,14 +92,24 @@ def test_checkpoints_follow_the_interval_and_skip_the_runs_last_batch():
     saved: list[int] = []
     trainer = FakeTrainer(total=1000)
     hook = Checkpointing(lambda: saved.append(trainer.frames), 300)
+    post_steps_log = dispatch(hook, "post_steps_log")
     for frames in (100, 300, 400, 650, 700, 900, 1000):
         trainer.frames = frames
-        hook.post_steps_log(trainer, None)
+        post_steps_log(trainer, None)
+        trainer.last_clock = frames
     assert saved == [300, 650, 900]   # 1000 is the last batch: train() saves it once
-    assert hook.state_dict() == {"next_at": 1200}
-    other = Checkpointing(lambda: None, 300)
-    other.load_state_dict({"next_at": 1200})
-    assert other.next_at == 1200
+    assert hook.state_dict() == {}    # the trainer's restored clock says when the next one is due
+
+
+def test_a_restored_clock_continues_the_checkpoint_schedule():
+    saved: list[int] = []
+    trainer = FakeTrainer(frames=1150, total=3000)
+    trainer.last_clock = 1000  # resumed from a checkpoint at frame 1000 (interval 300: 900 was the last)
+    dispatch(Checkpointing(lambda: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
+    assert saved == []
+    trainer.last_clock, trainer.frames = 1150, 1250
+    dispatch(Checkpointing(lambda: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
+    assert saved == [1250]
 
 
 @pytest.mark.parametrize("why", ["stop_reason", "diverged"])
@@ -107,16 +117,14 @@ def test_no_periodic_checkpoint_of_a_stopping_or_diverged_batch(why):
     saved = []
     trainer = FakeTrainer(frames=300)
     setattr(trainer, why, "x")
-    hook = Checkpointing(lambda: saved.append(1), 300)
-    hook.post_steps_log(trainer, None)
-    assert saved == [] and hook.next_at == 600
+    dispatch(Checkpointing(lambda: saved.append(1), 300), "post_steps_log")(trainer, None)
+    assert saved == []
 
 
 def test_interval_zero_never_saves():
     saved = []
     trainer = FakeTrainer(frames=300)
-    hook = Checkpointing(lambda: saved.append(1), 0)
-    hook.post_steps_log(trainer, None)
+    dispatch(Checkpointing(lambda: saved.append(1), 0), "post_steps_log")(trainer, None)
     assert saved == []
 
 

@@ -21,7 +21,7 @@ from rlrun.algos.sac import SACLoss
 from rlrun.buffers.factory import make_replay_buffer
 from rlrun.core.specs import EnvSpec
 from rlrun.policy import Policy
-from rlrun.trainer.hooks import GAE, LinearLR, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate
+from rlrun.trainer.hooks import GAE, LRProgress, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate, dispatch
 from rlrun.trainer.loop import Trainer
 from rlrun.trainer.optim import make_optimizer
 
@@ -204,20 +204,20 @@ class CountingLoss:
 @pytest.mark.parametrize(("every", "expected"), [(1, [1, 2, 3, 4, 5, 6, 7]), (3, [3, 6])])
 def test_target_update_hook_calls_the_loss_every_n_optimiser_steps(every, expected):
     loss = CountingLoss()
-    trainer, hook = SimpleNamespace(loss=loss), TargetUpdate(every)
+    trainer, hook = SimpleNamespace(loss=loss, optim_steps=0), TargetUpdate(every)
+    post_optim = dispatch(hook, "post_optim")  # as the trainer calls it: before counting the step
     for step in range(1, 8):
         loss.step = step
-        hook.post_optim(trainer)
+        post_optim(trainer)
+        trainer.optim_steps += 1
     assert loss.updates == expected
-    assert hook.state_dict() == {"count": 7}
+    assert hook.state_dict() == {}  # nothing counted by hand: the trainer's clock says when
 
 
-def test_target_update_count_carries_over_a_restore():
+def test_target_update_follows_the_restored_optimiser_step_count():
     loss = CountingLoss()
-    hook = TargetUpdate(3)
-    hook.load_state_dict({"count": 2})
     loss.step = 1
-    hook.post_optim(SimpleNamespace(loss=loss))
+    dispatch(TargetUpdate(3), "post_optim")(SimpleNamespace(loss=loss, optim_steps=2))
     assert loss.updates == [1]  # the third step overall, not the third after the restore
 
 
@@ -387,11 +387,11 @@ def test_linear_lr_hook_anneals_with_frames_over_total_frames():
     # a real Trainer: the hook anneals with its progress, frames / total_frames
     collector = SimpleNamespace(frames=300, total_frames=1200)
     trainer = Trainer(collector, None, opt, {})
-    LinearLR().post_steps(trainer)
+    LRProgress().post_steps(trainer)
     assert opt.optimizers["actor"].param_groups[0]["lr"] == pytest.approx(1e-3 * 0.75)
     assert opt.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(4e-3 * 0.75)
     collector.frames = 1200
-    LinearLR().post_steps(trainer)
+    LRProgress().post_steps(trainer)
     assert opt.optimizers["actor"].param_groups[0]["lr"] == 0.0
 
 
@@ -490,7 +490,7 @@ class ConstantEvaluator:
 class EvalTrainer(SimpleNamespace):
     def __init__(self, frames: int, total: int):
         super().__init__(frames=frames, collector=SimpleNamespace(total_frames=total),
-                         policy=two_faced_policy(), stops=[], logged=[], diverged=None)
+                         policy=two_faced_policy(), stops=[], logged=[], diverged=None, last_clock=0)
 
     @property
     def clock(self):
@@ -516,7 +516,7 @@ def test_evaluation_stops_a_run_that_reaches_its_target_as_a_normal_end(value, s
 
     evaluation = Evaluation(ConstantEvaluator(value), interval=10, target_return=200.0)
     trainer = EvalTrainer(frames=10, total=100)
-    evaluation.post_steps_log(trainer, None)
+    dispatch(evaluation, "post_steps_log")(trainer, None)
     assert trainer.stops == stops
 
 
@@ -528,14 +528,15 @@ def test_evaluation_every_batch_with_interval_one_and_schedule_state():
     trainer = EvalTrainer(frames=0, total=100)
     for frames in (3, 6, 9):
         trainer.frames = frames
-        evaluation.post_steps_log(trainer, None)
-    assert evaluator.calls == 3 and evaluation.next_at == 10
+        dispatch(evaluation, "post_steps_log")(trainer, None)
+        trainer.last_clock = frames
+    assert evaluator.calls == 3
     seconds = evaluation.seconds
     assert 0 < seconds == trainer.logged[-1]["eval/time_total_s"] < 60  # a duration, not a clock reading
     assert trainer.logged[0]["eval/time_total_s"] < seconds  # accumulated over evaluations
     restored = Evaluation(ConstantEvaluator(1.0), interval=1)
     restored.load_state_dict(evaluation.state_dict())
-    assert (restored.next_at, restored.last, restored.seconds) == (10, evaluation.last, seconds)
+    assert (restored.last, restored.seconds) == (evaluation.last, seconds)
 
 
 @pytest.mark.parametrize(("on_policy", "kind"), [(True, OnPolicyMinibatches), (False, OffPolicyReplay)])

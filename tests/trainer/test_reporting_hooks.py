@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 import rlrun.video
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
 from rlrun.trainer.evaluation import Evaluation
-from rlrun.trainer.hooks import LinearLR, TrainStats
+from rlrun.trainer.hooks import Every, LRProgress, TrainStats
 
 EVAL_ENV = SimpleNamespace(num_envs=2)
 
@@ -28,7 +28,7 @@ def test_constant_lr_gets_metrics_then_evaluation_with_the_configured_schedule()
     assert isinstance(hooks["train_stats"][0], TrainStats)
     evaluation, why = hooks["evaluation"]
     assert isinstance(evaluation, Evaluation) and why == "built in: eval.* (every eval.interval_frames)"
-    assert (evaluation.interval, evaluation.next_at, evaluation.target) == (3000, 3000, 195.0)
+    assert (evaluation.every, evaluation.target) == ({"post_steps_log": Every(3000, final=True)}, 195.0)
     evaluator = evaluation.evaluator
     assert evaluator.env is EVAL_ENV and evaluator.episodes == 5 and evaluator.device == "cpu"
     assert evaluator.seed == 7 + 1_000_003  # never a training env's seed (those are seed + i)
@@ -39,7 +39,7 @@ def test_linear_lr_comes_first_and_names_its_key():
     hooks = reporting_hooks(cfg(), SimpleNamespace(lr_schedule="linear"), EVAL_ENV, "cpu")
     assert list(hooks) == ["linear_lr", "train_stats", "evaluation"]
     lr, why = hooks["linear_lr"]
-    assert isinstance(lr, LinearLR) and why == "built in: optim.lr_schedule=linear"
+    assert isinstance(lr, LRProgress) and why == "built in: optim.lr_schedule=linear"
     assert hooks["train_stats"][1] == "built in: metrics"
     assert hooks["evaluation"][0].target is None  # no target_return: the run never stops early
 
@@ -91,7 +91,7 @@ def test_an_update_budget_evaluates_on_its_update_interval_on_the_run_device():
     config = cfg(interval_updates=40)
     evaluation, why = reporting_hooks(config, SimpleNamespace(lr_schedule="constant"), EVAL_ENV, "cuda:1",
                                       unit="updates")["evaluation"]
-    assert (evaluation.interval, evaluation.next_at) == (40, 40)
+    assert evaluation.every == {"post_steps_log": Every(40, final=True)}
     assert why == "built in: eval.* (every eval.interval_updates)"
     assert evaluation.evaluator.device == "cuda:1"
 
