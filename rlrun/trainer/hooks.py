@@ -105,16 +105,18 @@ class OnPolicyMinibatches(_BufferHook):
 
     def __init__(self, stores: tuple[str, ...] = ()):
         super().__init__(stores)
-        self._batch_no: int | None = None  # trainer.batches of the stored batch
+        self._stored_for: tuple | None = None  # (trainer.batches, id) of the stored batch
         self._stored: dict = {}  # key -> the batch's tensor object that was stored
         self._index: torch.Tensor | None = None  # the rows it was written at
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
+        # the batch count: a collector may refill one TensorDict in place for every batch
+        this = (getattr(trainer, "batches", None), id(batch))
         leaves = dict(batch.items(include_nested=True, leaves_only=True))
-        if self._batch_no != trainer.batches or leaves.keys() != self._stored.keys():
+        if this != self._stored_for or leaves.keys() != self._stored.keys():
             trainer.buffer.empty()
             self._index = trainer.buffer.extend(batch.reshape(-1))
-            self._batch_no, self._stored = trainer.batches, leaves
+            self._stored_for, self._stored = this, leaves
             return
         # hooks replace a column (TensorDict.set), never write into it: identity finds the changes
         changed = [k for k, v in leaves.items() if v is not self._stored[k]]
