@@ -11,8 +11,8 @@
 
 Both sides read the same pre-made batches (replay sampling is not timed); the
 hand-written sides use torch's default Adam (the per-tensor loop on CPU). Ratios
-are rlrun's throughput over the reference's. Two rows measure against a floor or a
-baseline timed in the same process:
+are rlrun's throughput over the reference's. These rows measure against a floor or a
+baseline timed in the same process (each also with the opt-in ``optim.impl=fused``):
 
 * SAC update against its GEMM floor: every matmul of one update (forward and
   backward, each layer, both critics, at the update's shapes; ``sac_gemms``) run
@@ -59,11 +59,12 @@ def sac_batches(seed: int = 0) -> list[TensorDict]:
     }, batch_size=[BATCH]) for _ in range(POOL)]
 
 
-def rlrun_sac(batches: list[TensorDict], check: bool = True) -> Callable[[int], None]:
-    """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check)."""
+def rlrun_sac(batches: list[TensorDict], check: bool = True, impl: str = "auto") -> Callable[[int], None]:
+    """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check;
+    ``impl``: ``optim.impl``)."""
     spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
     loss = SACLoss(actor_twin_q(spec), spec, gamma=0.99)
-    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0)
+    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0, impl=impl)
     guard, trainer = _guard(loss, optim)
 
     def steps(n: int) -> None:
@@ -256,6 +257,12 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
              handwritten_ppo(ppo_batch), "hand-written"),
             ("PPO minibatch step vs pre-#27 construction", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
              rlrun_ppo(ppo_batch, impl="for_loop"), "optim.impl=for_loop"),
+            # the opt-in fused CPU Adam (last-bit rounding differs) against the default
+            ("SAC update, optim.impl=fused / its GEMM floor", "updates/s", sac_n,
+             rlrun_sac(batches, impl="fused"), gemm_floor(sac_gemms()), "torch.mm floor"),
+            ("PPO minibatch step, optim.impl=fused vs pre-#27", "epochs/s", ppo_n,
+             rlrun_ppo(ppo_batch, impl="fused"), rlrun_ppo(ppo_batch, impl="for_loop"),
+             "optim.impl=for_loop"),
             # the divergence check's own cost: rlrun with it over rlrun without it
             ("SAC update, divergence check on / off", "updates/s", sac_n, rlrun_sac(batches),
              rlrun_sac(batches, check=False), "check off")):

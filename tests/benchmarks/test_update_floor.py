@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlrun.algos.sac import SACLoss
