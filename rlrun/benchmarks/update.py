@@ -9,8 +9,19 @@
   minibatches of 64, Adam eps 1e-5, grad-norm clip 0.5): rlrun's ``PPOLoss`` +
   ``OptimizerStep`` on ``batch[idx]`` against a CleanRL-like minibatch step.
 
-Both sides read the same pre-made batches (replay sampling is not timed) and use
-torch's default Adam. Ratios are rlrun's throughput over the reference's.
+Both sides read the same pre-made batches (replay sampling is not timed); the
+hand-written sides use torch's default Adam (the per-tensor loop on CPU). Ratios
+are rlrun's throughput over the reference's. These rows measure against a floor or a
+baseline timed in the same process (each also with the opt-in ``optim.impl=fused``):
+
+* SAC update against its GEMM floor: every matmul of one update (forward and
+  backward, each layer, both critics, at the update's shapes; ``sac_gemms``) run
+  back to back with ``torch.mm`` into preallocated outputs. Its rate is the most
+  updates/s any implementation of this update could reach on this core with this
+  BLAS; rlrun's fraction of it is the overhead left (element-wise ops, Adam,
+  autograd, Python).
+* PPO minibatch step against the pre-#27 construction (``impl=for_loop``: torch's
+  per-tensor Adam loop, which was the CPU default), in ms per minibatch.
 """
 
 from __future__ import annotations
@@ -48,11 +59,12 @@ def sac_batches(seed: int = 0) -> list[TensorDict]:
     }, batch_size=[BATCH]) for _ in range(POOL)]
 
 
-def rlrun_sac(batches: list[TensorDict], check: bool = True) -> Callable[[int], None]:
-    """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check)."""
+def rlrun_sac(batches: list[TensorDict], check: bool = True, impl: str = "auto") -> Callable[[int], None]:
+    """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check;
+    ``impl``: ``optim.impl``)."""
     spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
     loss = SACLoss(actor_twin_q(spec), spec, gamma=0.99)
-    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0)
+    optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0, impl=impl)
     guard, trainer = _guard(loss, optim)
 
     def steps(n: int) -> None:
@@ -64,6 +76,41 @@ def rlrun_sac(batches: list[TensorDict], check: bool = True) -> Callable[[int], 
             loss.update_targets()
         if check:
             guard.post_steps(trainer)  # once per collected batch in a run
+    return steps
+
+
+def sac_gemms(batch: int = BATCH) -> list[tuple[int, int, int]]:
+    """``(m, k, n)`` of every matmul of one SAC update (``SACLoss`` + one backward), in order.
+
+    Forward: the actor on next_obs (no grad) and on obs; each critic on (next_obs,
+    next_action) (target), (obs, action) and (obs, new_action). Backward: the TD
+    loss gives each critic layer ``dW = X^T dY`` and, above the first layer (its
+    input needs no grad), ``dX = dY W^T``; the actor loss reaches the actor through
+    the frozen critics (``dX`` at every critic layer, no ``dW``); the actor gets ``dW``
+    everywhere and ``dX`` above its first layer.
+    """
+    actor = [(OBS, 256), (256, 256), (256, 2 * ACT)]
+    critic = [(OBS + ACT, 256), (256, 256), (256, 1)]
+    fwd = lambda layers: [(batch, i, o) for i, o in layers]  # noqa: E731
+    d_w = lambda layers: [(i, batch, o) for i, o in layers]  # noqa: E731
+    d_x = lambda layers: [(batch, o, i) for i, o in layers]  # noqa: E731
+    shapes = fwd(actor) + 2 * fwd(critic) + 2 * fwd(critic) + fwd(actor) + 2 * fwd(critic)
+    shapes += 2 * (d_x(critic[:0:-1]) + d_w(critic[::-1]))  # TD loss, both critics
+    shapes += 2 * d_x(critic[::-1])  # actor loss through the frozen critics
+    shapes += d_x(actor[:0:-1]) + d_w(actor[::-1])
+    return shapes
+
+
+def gemm_floor(shapes: list[tuple[int, int, int]]) -> Callable[[int], None]:
+    """``n`` repetitions of ``torch.mm`` over ``shapes`` on preallocated float32 tensors."""
+    g = torch.Generator().manual_seed(0)
+    ops = [(torch.randn(m, k, generator=g), torch.randn(k, n, generator=g), torch.empty(m, n))
+           for m, k, n in shapes]
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            for a, b, out in ops:
+                torch.mm(a, b, out=out)
     return steps
 
 
@@ -142,12 +189,15 @@ def ppo_data(n: int = 2048, seed: int = 0) -> TensorDict:
     }, batch_size=[n])
 
 
-def rlrun_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], None]:
-    """rlrun's PPO epochs: ``PPOLoss`` + ``OptimizerStep`` on shuffled minibatches."""
+def rlrun_ppo(batch: TensorDict, minibatch: int = 64, impl: str = "auto") -> Callable[[int], None]:
+    """rlrun's PPO epochs: ``PPOLoss`` + ``OptimizerStep`` on shuffled minibatches.
+
+    ``impl`` is ``optim.impl``: ``for_loop`` is the construction before #27.
+    """
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
     loss = PPOLoss(actor_critic(spec, hidden=[64, 64], activation="tanh"))
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, max_grad_norm=0.5, eps=1e-5,
-                          weight_decay=0.0)
+                          weight_decay=0.0, impl=impl)
     guard, trainer = _guard(loss, optim)
 
     def epochs(n: int) -> None:
@@ -190,35 +240,50 @@ def handwritten_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], N
 
 
 def run(quick: bool = False, reps: int | None = None) -> dict:
-    """SAC updates/s and PPO epochs/s of rlrun against the hand-written steps."""
+    """SAC updates/s and PPO epochs/s of rlrun against the hand-written steps, the SAC GEMM
+    floor and the PPO step of the pre-#27 optimiser construction."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     reps = reps or (3 if quick else 7)
     sac_n, ppo_n = (20, 1) if quick else (100, 3)
     batches, ppo_batch = sac_batches(), ppo_data()
     rows = []
-    for name, unit, n, rl, hand in (
+    for name, unit, n, rl, ref, ref_name in (
             ("SAC update (HalfCheetah shapes)", "updates/s", sac_n, rlrun_sac(batches),
-             handwritten_sac(batches)),
+             handwritten_sac(batches), "hand-written"),
+            ("SAC update / its GEMM floor", "updates/s", sac_n, rlrun_sac(batches),
+             gemm_floor(sac_gemms()), "torch.mm floor"),
             ("PPO epoch (CartPole shapes, 32 minibatches)", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
-             handwritten_ppo(ppo_batch)),
+             handwritten_ppo(ppo_batch), "hand-written"),
+            ("PPO minibatch step vs pre-#27 construction", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
+             rlrun_ppo(ppo_batch, impl="for_loop"), "optim.impl=for_loop"),
+            # the opt-in fused CPU Adam (last-bit rounding differs) against the default
+            ("SAC update, optim.impl=fused / its GEMM floor", "updates/s", sac_n,
+             rlrun_sac(batches, impl="fused"), gemm_floor(sac_gemms()), "torch.mm floor"),
+            ("PPO minibatch step, optim.impl=fused vs pre-#27", "epochs/s", ppo_n,
+             rlrun_ppo(ppo_batch, impl="fused"), rlrun_ppo(ppo_batch, impl="for_loop"),
+             "optim.impl=for_loop"),
             # the divergence check's own cost: rlrun with it over rlrun without it
             ("SAC update, divergence check on / off", "updates/s", sac_n, rlrun_sac(batches),
-             rlrun_sac(batches, check=False))):
-        times = interleave({"rlrun": lambda rl=rl, n=n: rl(n), "hand": lambda hand=hand, n=n: hand(n)},
+             rlrun_sac(batches, check=False), "check off")):
+        times = interleave({"rlrun": lambda rl=rl, n=n: rl(n), "hand": lambda ref=ref, n=n: ref(n)},
                            reps)
         r = ratio(times["hand"], times["rlrun"])
-        rows.append({"workload": name, "unit": unit, "per_rep": n, "reps": reps,
-                     "rlrun_per_s": n / median(times["rlrun"]), "hand_per_s": n / median(times["hand"]),
-                     "ratio": r["median"], "ratio_min": r["min"], "ratio_max": r["max"],
-                     "times_s": times})
+        row = {"workload": name, "unit": unit, "per_rep": n, "reps": reps, "reference": ref_name,
+               "rlrun_per_s": n / median(times["rlrun"]), "hand_per_s": n / median(times["hand"]),
+               "ratio": r["median"], "ratio_min": r["min"], "ratio_max": r["max"], "times_s": times}
+        if unit == "epochs/s":  # 2048 samples in minibatches of 64: 32 steps an epoch
+            row["rlrun_ms_per_step"] = 1e3 * median(times["rlrun"]) / (32 * n)
+            row["ref_ms_per_step"] = 1e3 * median(times["hand"]) / (32 * n)
+        rows.append(row)
         print(f"  update {name}: ratio {r['median']:.2f}", flush=True)
     return {"rows": rows, "notes": []}
 
 
 def render(result: dict) -> str:
     """The result as a Markdown table."""
-    cols = [("workload", "workload", "s"), ("unit", "unit", "s"), ("rlrun_per_s", "rlrun", ".1f"),
-            ("hand_per_s", "hand-written", ".1f"), ("ratio", "rlrun/hand", ".2f"),
-            ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f")]
+    cols = [("workload", "workload", "s"), ("unit", "unit", "s"), ("reference", "reference", "s"),
+            ("rlrun_per_s", "rlrun", ".1f"), ("hand_per_s", "reference", ".1f"),
+            ("ratio", "rlrun/reference", ".2f"), ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f"),
+            ("rlrun_ms_per_step", "rlrun ms/step", ".3f"), ("ref_ms_per_step", "reference ms/step", ".3f")]
     return table(result["rows"], cols)

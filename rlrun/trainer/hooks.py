@@ -146,15 +146,38 @@ class _BufferHook(Hook):
 class OnPolicyMinibatches(_BufferHook):
     """On-policy learning from the batch just collected (wired when the loss declares ``on_policy``).
 
-    Each epoch refills the buffer with the (re-estimated) batch, whose minibatches
-    are then drawn without replacement, so that every epoch visits each frame once.
+    The batch is stored once, at its first epoch; each later epoch rewrites only
+    the columns an earlier ``pre_epoch`` hook replaced (GAE's re-estimated
+    ``advantage`` and ``value_target``) and starts a fresh permutation, whose
+    minibatches are drawn without replacement so that every epoch visits each
+    frame once. The sampler sees what a full re-store would show it (the same
+    reset, the same ``randperm`` draws), so runs are bit-identical to refilling.
     """
 
     store_point = "pre_epoch"
 
+    def __init__(self, stores: tuple[str, ...] = ()):
+        super().__init__(stores)
+        self._stored_for: tuple | None = None  # (trainer.batches, id) of the stored batch
+        self._stored: dict = {}  # key -> the batch's tensor object that was stored
+        self._index: torch.Tensor | None = None  # the rows it was written at
+
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
-        trainer.buffer.empty()
-        trainer.buffer.extend(batch.reshape(-1))
+        # the batch count: a collector may refill one TensorDict in place for every batch
+        this = (getattr(trainer, "batches", None), id(batch))
+        leaves = dict(batch.items(include_nested=True, leaves_only=True))
+        if this != self._stored_for or leaves.keys() != self._stored.keys():
+            trainer.buffer.empty()
+            self._index = trainer.buffer.extend(batch.reshape(-1))
+            self._stored_for, self._stored = this, leaves
+            return
+        # hooks replace a column (TensorDict.set), never write into it: identity finds the changes
+        changed = [k for k, v in leaves.items() if v is not self._stored[k]]
+        if changed:
+            rows = trainer.buffer.storage.data[: self._index.numel()]
+            rows.update_(batch.select(*changed).reshape(-1))
+            self._stored = leaves
+        trainer.buffer.sampler.on_extend(self._index)  # a new epoch: a new permutation
 
 
 class OffPolicyReplay(_BufferHook):

@@ -8,6 +8,7 @@ optimiser untouched, with no special case here.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import torch
@@ -19,6 +20,35 @@ from rlrun.trainer.lamb import Lamb
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "lamb": Lamb,
               "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
+Impl = Literal["auto", "fused", "foreach", "for_loop"]
+
+
+def build_torch_optimizer(name: str, params: list[nn.Parameter], impl: Impl = "auto",
+                          **opts: Any) -> torch.optim.Optimizer:
+    """One torch optimiser over ``params`` with the chosen kernel implementation.
+
+    ``auto`` picks, per device, the fastest implementation that keeps fixed-seed runs'
+    arithmetic: ``foreach`` on CPU (torch's CPU default is the per-tensor loop; foreach
+    does the same float operations in multi-tensor kernels, bit-identical, measured
+    1.0-1.15x faster per Adam step at rlrun's sizes) and ``fused`` on CUDA (one kernel
+    for all tensors, torch's documented fastest; its CUDA default is foreach). ``fused``
+    on CPU is faster still (Adam step ~3.5x, SAC update ~1.07x, PPO minibatch step
+    ~1.15x) but rounds differently in the last bit, which changes every fixed-seed
+    fingerprint, so it is opt-in: ``optim.impl=fused``. An implementation the optimiser
+    lacks falls back: fused -> foreach -> the per-tensor loop (``lamb`` has none).
+    """
+    cls = OPTIMIZERS[name]
+    accepts = inspect.signature(cls).parameters
+    device = params[0].device.type if params else "cpu"
+    if impl == "auto":
+        impl = "fused" if device == "cuda" else "foreach"
+    if impl == "fused" and "fused" in accepts:
+        opts["fused"] = True
+    elif impl in ("fused", "foreach") and "foreach" in accepts:
+        opts["foreach"] = True
+    elif impl == "for_loop" and "foreach" in accepts:
+        opts["foreach"] = False
+    return cls(params, **opts)
 
 
 class OptimizerStep:
@@ -62,7 +92,7 @@ class OptimizerStep:
         for g, ps in self.params.items():
             opts = {"lr": lr, **kwargs, **groups.get(g, {})}
             gclip = opts.pop("max_grad_norm", max_grad_norm)
-            self.optimizers[g] = OPTIMIZERS[optimizer](ps, **opts)
+            self.optimizers[g] = build_torch_optimizer(optimizer, ps, **opts)
             self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
         self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
         self.last_grad_norms: dict[str, Tensor] = {}
@@ -138,13 +168,14 @@ def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: Positive
                    lr_schedule: Literal["constant", "linear", "warmup"] = "constant",
                    eps: PositiveFloat = 1e-8,
                    weight_decay: NonNegativeFloat = 0.0, alpha: Fraction | None = None,
-                   warmup_steps: NonNegativeInt = 0) -> OptimizerStep:
+                   warmup_steps: NonNegativeInt = 0, impl: Impl = "auto") -> OptimizerStep:
     """One optimiser per loss parameter group, with grad clipping and an optional linear LR schedule.
 
     Registered as ``adam``, ``adamw``, ``lamb``, ``rmsprop`` and ``sgd``: ``optim=rmsprop``
-    (or ``optim.name=rmsprop``) picks the optimiser; the options are shared.
+    (or ``optim.name=rmsprop``) picks the optimiser; the options are shared. ``impl`` picks
+    torch's kernels (see ``build_torch_optimizer``).
     """
-    kwargs: dict[str, Any] = {"weight_decay": weight_decay}
+    kwargs: dict[str, Any] = {"weight_decay": weight_decay, "impl": impl}
     if registered_as != "sgd":
         kwargs["eps"] = eps
     if alpha is not None:
