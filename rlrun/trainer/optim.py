@@ -17,7 +17,6 @@ from torch import Tensor, nn
 from torch.optim import optimizer as torch_optimizer
 
 from rlrun._dynamo_lazy import optimizers_without_dynamo
-
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 from rlrun.trainer.lamb import Lamb
@@ -143,7 +142,8 @@ def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
             or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
         opt.step()
         return
-    with torch.autograd.profiler.record_function(f"Optimizer.step#{type(opt).__name__}.step"), torch.no_grad():
+    label = f"Optimizer.step#{type(opt).__name__}.step"
+    with torch.autograd.profiler.record_function(label), torch.no_grad():
         _undecorated_step(type(opt))(opt)
         opt._optimizer_step_code()
 
