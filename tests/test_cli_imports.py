@@ -22,3 +22,17 @@ def test_no_heavy_import(args, code, tmp_path):
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120)
     assert done.stdout.strip().splitlines()[-1] == f"{code} []", done.stdout + done.stderr
+
+
+def test_unknown_env_id_is_found_before_torch(tmp_path):
+    """gymnasium's registry needs no torch: the build would find the id seconds later, after torch."""
+    check = textwrap.dedent('''
+        import sys
+        from rlrun.cli import main
+        code = main(["env.id=Nope-v0"])
+        print(code, [m for m in ("mlflow", "tensordict", "torch") if m in sys.modules])
+    ''')
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "2 []", done.stdout + done.stderr
+    assert "env.id: gymnasium has no environment 'Nope-v0'" in done.stderr
