@@ -173,10 +173,14 @@ def precheck(args: list[str], hydra=None):
         elif not o.is_force_add():
             value_overrides.append(o)
     if hydra is not None:
-        composed = _compose_run(hydra, overrides)
+        from rlrun.launch.single import compose_run
+
+        composed = compose_run(hydra, overrides)
         if composed is not None:  # every override applied: the keys exist; only ${refs} are left
+            from rlrun.launch.single import check_env_id
+
             _check_refs(parsed, composed)
-            _check_env_id(composed)
+            check_env_id(composed)
             return composed
     if hydra is not None:  # composing failed: compose the presets alone to name the mistake
         from hydra.types import RunMode
@@ -221,45 +225,6 @@ def _check_refs(parsed: list, cfg) -> None:
             if OmegaConf.select(cfg, ref, default=_NOT_FOUND) is _NOT_FOUND:
                 raise ConfigError(f"${{{ref}}} refers to no config key", key=o.key_or_group,
                                   fix="refer to an existing key (see `rlrun --cfg job`) or write the value")
-
-
-def _compose_run(hydra, overrides: list[str]):
-    """The single run's config as ``Hydra.run`` composes it (logging configured), or None if it fails."""
-    from hydra.types import RunMode
-
-    try:
-        return hydra.compose_config("config", [*overrides, "hydra.mode=RUN"], run_mode=RunMode.RUN,
-                                    with_log_configuration=True)
-    except Exception:  # the checks on the preset-only config name the mistake, or Hydra reports it
-        return None
-
-
-def _check_env_id(cfg) -> None:
-    """An unknown gymnasium id, found before torch is imported (the build finds it 2-3 s later).
-
-    Only a plain id (no ``module:`` part, no ``env.imports``) of the gymnasium backend: any other
-    (a package that registers ids on import, EnvPool, Atari, VMAS) is the build's to check. The
-    message is the build's (``rlrun.envs.gym._check_id``, which imports torch).
-    """
-    try:
-        env = OmegaConf.to_container(cfg.env, resolve=True) if OmegaConf.is_dict(cfg.get("env")) else {}
-    except Exception:  # an interpolation that fails: validation reports it with the key
-        return
-    env_id = env.get("id")
-    if (env.get("name") != "gym" or env.get("backend", "gymnasium") != "gymnasium" or env.get("imports")
-            or not isinstance(env_id, str) or ":" in env_id):
-        return
-    import gymnasium as gym
-
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as err:
-        raise ConfigError(
-            f"gymnasium has no environment {env_id!r} ({type(err).__name__}: {err})", key="env.id",
-            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
-            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
-            "or pick a preset: env=cartpole|pendulum|...",
-        ) from None
 
 
 def _check_writable(parsed: list, multirun: bool) -> None:
@@ -510,8 +475,7 @@ def _main(argv: list[str]) -> int:
     info_only = any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c",
                           "--shell-completion", "-sc") or a.startswith("--cfg") for a in argv)
     single = not info_only and _single_run(argv)
-    if single:  # composed once here, then run as Hydra.run would
-        sys.argv = [sys.argv[0], *argv]
+    if single:  # composed once, then run as Hydra.run would
         return _run_single(argv)
     if not info_only:
         try:
@@ -534,58 +498,10 @@ def _single_run(argv: list[str]) -> bool:
 
 
 def _run_single(argv: list[str]) -> int:
-    """A single run with its config composed once (Hydra's ``main`` composes it three times, 1.1 s):
-    what ``hydra.main`` -> ``Hydra.run`` does, given the config ``precheck`` composed.
+    """A single run with its config composed once (``rlrun.launch.single``)."""
+    from rlrun.launch.single import run_single
 
-    Falls back to Hydra's own path when composing fails without an error of precheck's, so Hydra's
-    message is unchanged.
-    """
-    from hydra import version
-    from hydra._internal.callbacks import Callbacks
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import (
-        create_automatic_config_search_path,
-        detect_calling_file_or_module_from_task_function,
-        detect_task_name,
-        run_and_report,
-    )
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import run_job
-    from hydra.types import HydraContext
-
-    version.setbase("1.3")  # as hydra.main(version_base="1.3") does
-    calling_file, calling_module = detect_calling_file_or_module_from_task_function(_task)
-    search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
-    hydra = run_and_report(lambda: Hydra.create_main_hydra2(
-        task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path))
-    try:
-        try:
-            cfg = precheck(argv, hydra)
-        except RlrunError as err:
-            return _config_error(err)
-        if cfg is None:
-            GlobalHydra.instance().clear()
-            return _run_hydra_main(argv)
-
-        def run() -> None:
-            callbacks = Callbacks(cfg)
-            callbacks.on_run_start(config=cfg, config_name="config")
-            ret = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-                          task_function=_task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
-                          configure_logging=True)
-            callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
-            _ = ret.return_value  # raises the task's exception, for run_and_report to print
-
-        try:
-            run_and_report(run)
-        except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(_interrupted(stop), file=sys.stderr, flush=True)
-            return 128 + signal.SIGINT
-    finally:
-        GlobalHydra.instance().clear()
-    return 0
+    return run_single(argv, _task, precheck, _config_error, _run_hydra_main, _interrupted)
 
 
 def _run_hydra_main(argv: list[str]) -> int:
