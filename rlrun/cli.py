@@ -329,6 +329,7 @@ def run_tags(hc, cfg=None) -> dict[str, str]:
 def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    _prestart_tracker(cfg)  # before torch: MLflow opens its store on another core meanwhile
     from rlrun.run import train
 
     hc = HydraConfig.get()
@@ -337,7 +338,12 @@ def _task(cfg) -> None:
     # per message: the run's next write of its own files fails as one clean error.
     logging.raiseExceptions = False
     try:
-        summary = train(cfg, run_dir, run_tags(hc, cfg))
+        try:
+            summary = train(cfg, run_dir, run_tags(hc, cfg))
+        finally:  # a run that ended before making its logger leaves its worker unused
+            from rlrun.record.remote import discard_prestarted
+
+            discard_prestarted()
     except KeyboardInterrupt as stop:  # Ctrl-C pressed twice, or once before training started
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -376,6 +382,18 @@ def _task(cfg) -> None:
         print(f"rlrun: error: the run diverged: {summary['stop_reason'].removeprefix('diverged: ')}\n"
               f"  fix: lower optim.lr (or add optim.max_grad_norm); {where}", file=sys.stderr)
         sys.exit(3)
+
+
+def _prestart_tracker(cfg) -> None:
+    """Starts MLflow's worker process (``rlrun.record.remote``) for an ``mlflow`` logger node."""
+    try:
+        logger = cfg.get("logger")
+        node = OmegaConf.to_container(logger, resolve=True) if OmegaConf.is_dict(logger) else {}
+    except Exception:  # an interpolation that fails: the run's validation reports it
+        return
+    from rlrun.record.remote import prestart
+
+    prestart(node)
 
 
 def _exit_promptly(code: int) -> NoReturn:
