@@ -83,6 +83,11 @@ class MLflowLogger(Logger):
 
     def __init__(self, tracking_uri: str | None, root: Path, experiment: str, run_name: str,
                  run_id: str | None = None, tags: dict[str, str] | None = None):
+        self.open_store(tracking_uri, root, experiment)
+        self.start_run(run_name, run_id, tags)
+
+    def open_store(self, tracking_uri: str | None, root: Path, experiment: str) -> None:
+        """Opens (or makes) the store and the experiment; ``start_run`` then makes or continues the run."""
         from mlflow.tracking import MlflowClient
 
         root = Path(root).resolve()
@@ -101,11 +106,16 @@ class MLflowLogger(Logger):
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifacts)
             else:
                 exp_id = exp.experiment_id
+        self.experiment_id = exp_id
+
+    def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
+        """Makes the run (``run_id`` None) or marks ``run_id`` running again (resume)."""
+        with _bounded_http_retries():
             if run_id is not None:
                 self.client.update_run(run_id, status="RUNNING")
                 self.run_id = run_id
             else:
-                run = self.client.create_run(exp_id, run_name=run_name, tags=tags or {})
+                run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
                 self.run_id = run.info.run_id
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -246,9 +256,26 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
     Metrics reach MLflow through ``<run_dir>/mlflow.journal`` once a checkpoint covers them
     (``rlrun.record.journal``): MLflow cannot delete what a killed attempt logged.
     """
+    from rlrun.record.remote import take_prestarted
+
+    where = (tracking_uri, str(Path(root) if root else Path.cwd()), experiment)
+    inner = take_prestarted(*where)  # MLflow in its own process, opened while the run was built
+    if inner is not None:
+        inner.start_run(run_name, run_id, tags)
+    else:
+        inner = MLflowLogger.__new__(MLflowLogger)
+        with store_errors(tracking_uri, run_id):
+            inner.open_store(tracking_uri, Path(where[1]), experiment)
+        with store_errors(tracking_uri, run_id):
+            inner.start_run(run_name, run_id, tags)
+    return JournaledLogger(inner, Path(run_dir) / "mlflow.journal", resume_step if run_id else None)
+
+
+@contextlib.contextmanager
+def store_errors(tracking_uri: str | None, run_id: str | None) -> Iterator[None]:
+    """Turns a failure to open the store or its run into one ConfigError naming ``logger.tracking_uri``."""
     try:
-        inner = MLflowLogger(tracking_uri, Path(root) if root else Path.cwd(), experiment,
-                             run_name, run_id, tags)
+        yield
     except ConfigError:
         raise
     except Exception as err:  # bad URI, unreachable server, corrupt store
@@ -260,7 +287,6 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
                           key="logger.tracking_uri",
                           fix="check logger.tracking_uri (sqlite:///<file>, http://host:port), or use "
                           "logger=csv to log without MLflow") from None
-    return JournaledLogger(inner, Path(run_dir) / "mlflow.journal", resume_step if run_id else None)
 
 
 @register("logger", "csv")

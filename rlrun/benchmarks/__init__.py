@@ -10,4 +10,4 @@ Stable-Baselines3), so that the numbers survive a shared, noisy machine.
 """
 
 BENCHMARKS = ("collection", "gae", "update", "end_to_end", "cli", "table5", "vmas", "marl_parts",
-              "offline_update")
+              "offline_update", "startup")

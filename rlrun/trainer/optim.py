@@ -9,11 +9,14 @@ optimiser untouched, with no special case here.
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.optim import optimizer as torch_optimizer
 
+from rlrun._dynamo_lazy import optimizers_without_dynamo
 from rlrun.errors import ConfigError, did_you_mean
 from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 from rlrun.trainer.lamb import Lamb
@@ -89,6 +92,7 @@ class OptimizerStep:
         self.max_grad_norm, self.lr_schedule = max_grad_norm, lr_schedule
         self.params = {g: [p for p in ps if p.requires_grad] for g, ps in param_groups.items()}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        optimizers_without_dynamo()
         for g, ps in self.params.items():
             opts = {"lr": lr, **kwargs, **groups.get(g, {})}
             gclip = opts.pop("max_grad_norm", max_grad_norm)
@@ -131,7 +135,7 @@ class OptimizerStep:
             if opt.max_grad_norm is not None:
                 # returns a tensor: logged later without a host sync here
                 self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
-            opt.step()
+            step_without_dynamo(opt)
         self.updates += 1
         if self.lr_schedule == "warmup" and self.updates <= self.warmup_steps:
             self._apply_schedule()  # per update until the warm-up ends; constant after
@@ -161,6 +165,38 @@ class OptimizerStep:
                 pg.update(h)
         self.updates = int(state.get("_updates", 0))
         self._apply_schedule()
+
+
+def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
+    """``opt.step()``, without the import of ``torch._dynamo`` (1.7 s) that torch's wrapper of every
+    ``step`` makes (``_use_grad_for_differentiable``) when Dynamo is not imported yet.
+
+    Outside a compilation that wrapper only turns gradients off (``differentiable=False``) around
+    the optimiser's own ``step``, and ``Optimizer.profile_hook_step`` adds its profiler label, hooks
+    and ``_optimizer_step_code``: this does the same, so the weights are bit-identical
+    (tests/trainer/test_optim_eager.py). With Dynamo imported, a differentiable optimiser or step
+    hooks registered, torch's own ``step`` runs.
+    """
+    if ("torch._dynamo" in sys.modules or opt.defaults.get("differentiable")
+            or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+            or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
+        opt.step()
+        return
+    label = f"Optimizer.step#{type(opt).__name__}.step"
+    with torch.autograd.profiler.record_function(label), torch.no_grad():
+        _undecorated_step(type(opt))(opt)
+        opt._optimizer_step_code()
+
+
+def _undecorated_step(cls: type) -> Any:
+    """The class's own ``step``, without torch's profiling and grad-mode wrappers (cached per class)."""
+    step = _STEPS.get(cls)
+    if step is None:
+        step = _STEPS[cls] = inspect.unwrap(cls.step)
+    return step
+
+
+_STEPS: dict[type, Any] = {}
 
 
 def make_optimizer(param_groups: dict, registered_as: str = "adam", lr: PositiveFloat = 3e-4,

@@ -1,0 +1,87 @@
+"""Start-up: a 1,024-frame run's whole process against ``python -c 'import torch'`` (issue 27).
+
+Cases, each a fresh process, interleaved per repetition (one pair = one repetition):
+
+* ``import_torch``: ``python -c 'import torch'``, the floor every run pays.
+* ``run_none``: ``rlrun total_frames=1024 progress=false logger=none`` (PPO CartPole).
+* ``run_mlflow``: the same with the default MLflow logger, in a directory whose embedded store
+  exists already (made by an untimed warm-up run: the everyday case).
+* ``env_error``: ``rlrun env.id=Nope-v0 logger=none``, an error found while building.
+
+Per repetition the excess over ``import_torch`` (run - torch, seconds) and the ratio run / torch
+are taken, then their medians. Targets: ``run_none`` <= torch + 0.7 s, ``run_mlflow`` <= torch
++ 1.0 s. With ``RLRUN_BENCH_BEFORE=<source tree>`` every case also runs with that tree first on
+``PYTHONPATH`` (as ``rlrun.benchmarks.cli`` does), interleaved, for before/after figures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rlrun.benchmarks.cli import BEFORE_ENV
+from rlrun.benchmarks.common import median, table
+
+RUN = ["total_frames=1024", "progress=false"]
+CASES = {
+    "import_torch": (["-c", "import torch"], 0, None),
+    "run_none": (["-m", "rlrun", *RUN, "logger=none"], 0, 0.7),
+    "run_mlflow": (["-m", "rlrun", *RUN], 0, 1.0),
+    "env_error": (["-m", "rlrun", "env.id=Nope-v0", "logger=none"], 2, None),
+}
+
+
+def _time(args: list[str], expect: int, cwd: Path, source: str | None) -> float:
+    """Wall seconds of ``python *args`` in ``cwd``; checks the exit code."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    if source:
+        env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != expect:
+        raise RuntimeError(f"python {' '.join(args)} exited {done.returncode}, expected {expect}: "
+                           f"{done.stderr[-500:]}")
+    return seconds
+
+
+def run(quick: bool = False, reps: int | None = None) -> dict:
+    """Times every case ``reps`` times (default 5, 1 with ``quick``), interleaved."""
+    reps = reps or (1 if quick else 5)
+    before = os.environ.get(BEFORE_ENV)
+    sides = {"after": None, **({"before": before} if before else {})}
+    times = {c: {s: [] for s in sides} for c in CASES}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {s: Path(tmp, s) for s in sides}
+        for side, d in dirs.items():  # the store the MLflow runs find (made untimed)
+            d.mkdir()
+            _time([*CASES["run_mlflow"][0], "hydra.run.dir=runs/warm-up"], 0, d, sides[side])
+        for rep in range(reps):
+            for case, (args, expect, _) in CASES.items():
+                for side in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
+                    extra = [f"hydra.run.dir=runs/{case}-{rep}"] if args[:2] == ["-m", "rlrun"] else []
+                    times[case][side].append(_time([*args, *extra], expect, dirs[side], sides[side]))
+    rows = []
+    for case, (args, _, target) in CASES.items():
+        for side in sides:
+            t, torch_t = times[case][side], times["import_torch"][side]
+            rows.append({"case": case, "side": side, "command": "python " + " ".join(args),
+                         "wall_s": median(t), "excess_s": median([a - b for a, b in zip(t, torch_t)]),
+                         "ratio": median([a / b for a, b in zip(t, torch_t)]),
+                         "target_excess_s": target if target is not None else float("nan")})
+    return {"reps": reps, "before": before, "rows": rows, "times": times}
+
+
+def render(result: dict) -> str:
+    """The result as a Markdown table."""
+    cols = [("case", "case", "s"), ("side", "side", "s"), ("wall_s", "wall s", ".2f"),
+            ("excess_s", "- import torch s", ".2f"), ("ratio", "/ import torch", ".2f"),
+            ("target_excess_s", "target excess s", ".1f")]
+    note = (f"Medians over {result['reps']} interleaved repetitions of whole processes; excess and ratio "
+            "are per repetition against that repetition's `import torch`"
+            + (f"; before: {result['before']}" if result["before"] else "") + ".")
+    return table(result["rows"], cols) + f"\n\n{note}"
