@@ -57,6 +57,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.contracts import FrameSource
 from rlrun.errors import ConfigError, RlrunError
 from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 from rlrun.workers.limits import check_workers_fit
@@ -87,7 +88,7 @@ def _shutdown_ref(ref: weakref.ref) -> None:
         collector.shutdown()
 
 
-class MultiCollector:
+class MultiCollector(FrameSource):
     """Collects with ``workers`` processes, each stepping its own vector env.
 
     Args:
