@@ -219,7 +219,7 @@ def _check_action_space(loss: Any, spec: Any) -> None:
                           fix=f"pick an algorithm for {space} actions (`rlrun list algo`) or another env")
 
 
-def _buffer_config(cfg: DictConfig, loss: Any, reads_dataset: bool) -> dict:
+def _buffer_config(cfg: DictConfig, loss: Any, reads_dataset: bool = False) -> dict:
     """The buffer's config: a dataset's sampler for a run that reads one; else with the
     on-policy rule applied (capacity = one batch)."""
     if reads_dataset:

@@ -7,6 +7,12 @@ conditioned on ``online.target_return``, into a ``TrajectoryBuffer`` seeded with
 dataset's highest-return episodes, whose returns-to-go are relabelled with the
 returns actually achieved (hindsight); the round's updates then sample that buffer.
 
+The source is a component like any collector (``collector/online_dt``, a
+``rlrun.contracts.Source``), built by ``rlrun.build`` from the ``online`` section, whose
+defaults have one home (``rlrun.config_schema.OnlineSection``). The schedule (rounds
+done, offline rounds) lives in one ``RoundSchedule`` that the source advances and the
+buffer reads.
+
 The budget stays ``total_updates`` (offline and online updates together); ``frames``
 counts the env steps of the online phase (every sub-env step, including those a
 sub-env takes after its episode of the round ended, which are not stored).
