@@ -101,8 +101,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     stats = hooks["train_stats"]
     writer = CheckpointWriter(cfg, run_dir)
     hooks["progress"] = ProgressHook(progress, stats)
-    hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))  # last: it
-    # logs the batch's metrics before saving
+    # last in config order: its save() logs the batch's metrics (progress included) first
+    hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))
     try:
         trainer = Trainer(collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
                           run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
@@ -116,7 +116,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         run.close()
         raise
     # the step the loggers continue after (None: a fresh start); rows past it were superseded
-    resume_step = (done if state is not None else 0) if resume["continues"] else None
+    resume_step = done if resume["continues"] else None
     if state is not None:
         if done >= total and (run_dir / "summary.json").exists():
             say(f"[rlrun] {run_dir} already finished {done} {unit}; "

@@ -114,6 +114,7 @@ class OnlineDTSource:
 
     budget_unit = "updates"
     provided_keys: frozenset[str] = frozenset()  # rounds are empty: the buffer's samples hold the data
+    updates_per_round: int  # the schedule's, fixed for every round (online.updates_per_round)
     total_frames = None
 
     def __init__(self, env: Any, policy: DTPolicy, buffer: ScheduledSlices, updates_per_round: int,

@@ -153,7 +153,7 @@ class Trainer:
         loss, optimiser, source, buffer (unless ``keep_buffer`` is False), exploration, every
         hook's state and the global RNGs. ``load_state_dict`` puts it back."""
         policy = self.policy
-        exploration = getattr(policy, "exploration", None)  # a policy without exploration (oDT's DT) has none
+        exploration = getattr(policy, "exploration", None)  # no policy: a bare Trainer (tests)
         return {
             "frames": self.frames, "optim_steps": self.optim_steps,
             "batches": self.batches, "wall_time": self.wall_time,
