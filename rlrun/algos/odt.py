@@ -21,7 +21,7 @@ sub-env takes after its episode of the round ended, which are not stored).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from rlrun.config_schema import OnlineSection
 from rlrun.datasets.slices import TrajectoryBuffer
 from rlrun.errors import ConfigError
 from rlrun.modules.transformer import RollingContext
-from rlrun.registry import NonNegativeInt, PositiveInt, build, register
+from rlrun.registry import NonNegativeInt, PositiveInt, Range, build, register
 
 
 class RoundSchedule:
@@ -208,7 +208,7 @@ class OnlineDTSource:
 
 @register("collector", "online_dt")
 def online_dt_source(env_config: Mapping, policy: Any, buffer: Any, data: Any, seed: int, device: str,
-                     target_return: float,
+                     target_return: Annotated[float, Range()],  # any finite return (env units)
                      offline_updates: NonNegativeInt = OnlineSection.offline_updates,
                      updates_per_round: PositiveInt = OnlineSection.updates_per_round,
                      capacity: PositiveInt = OnlineSection.capacity,
