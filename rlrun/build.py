@@ -13,9 +13,10 @@ components declare (``Loss.on_policy``, ``Loss.action_spaces``,
 - learning starts after ``collector.init_random_frames`` unless
   ``trainer.learning_starts`` says otherwise, and must start within the budget;
 - the data source fits the loss (``Loss.learns_from``): a run with ``dataset=<id>``
-  is offline (a ``DatasetSource``, the dataset in the buffer's place, budget in
-  ``total_updates``, intervals in updates), one without collects (``total_frames``);
-  the dataset's spaces must fit the env.
+  is offline (a ``DatasetSource``, or oDT's schedule with ``online.*``, the dataset
+  in the buffer's place, budget in ``total_updates``, intervals in updates), one
+  without collects (``total_frames``); the dataset's spaces must fit the env; the
+  source's declared ``budget_unit`` must be the budget's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun.agent_groups import check_agent_groups
-from rlrun.contracts import COLLECTED_KEYS
 from rlrun.errors import ConfigError
 from rlrun.registry import build
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
@@ -79,44 +79,46 @@ def resolve_device(device: str) -> torch.device:
 
 
 def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
-    """Builds env, policy, loss, optimiser, exploration, collector, buffer and hooks.
+    """Builds env, policy, loss, optimiser, exploration, buffer, source and hooks.
 
     The order is fixed (it decides which draws of the global RNG initialise
-    which network), so that a seed gives the same run every time.
+    which network), so that a seed gives the same run every time. The source is
+    built as any component (``collector`` kind, ``rlrun.contracts.Source``) from the
+    node ``_source_node`` picks; what the run does with it follows from what it
+    declares (its budget unit, its keys, its updates per round).
     """
     check_agent_groups(cfg)
-    offline = cfg.get("dataset") is not None
+    reads_dataset = cfg.get("dataset") is not None
     eval_env_cfg = {**OmegaConf.to_container(cfg.env, resolve=True),
                     "num_envs": min(cfg.eval.episodes, cfg.eval.max_envs)}
-    # offline, the env only evaluates (and gives the spec): one env serves
-    env = build("env", eval_env_cfg if offline else cfg.env, key="env")
+    # a run that reads a dataset steps no env of its own to learn: one env evaluates and gives the spec
+    env = build("env", eval_env_cfg if reads_dataset else cfg.env, key="env")
     policy = build("model", cfg.model, spec=env.spec).to(device)
     loss = build("loss", cfg.loss, policy=policy, spec=env.spec, gamma=cfg.gamma).to(device)
     _check_action_space(loss, env.spec)
-    budget = _check_source(cfg, loss, offline)
+    budget = _check_source(cfg, loss, reads_dataset)
     optimizer = build("optim", cfg.optim, param_groups=loss.param_groups())
-    if offline:
-        collector, buffer, buffer_cfg = _offline_source(cfg, env, policy, device)
-        if cfg.get("online"):  # online DT: offline rounds, then rounds that collect (a schedule of sources)
-            from rlrun.algos.odt import online_source
-
-            collector, buffer = online_source(cfg, policy, buffer, collector.data, device)
-        eval_env = env
-    else:
-        if cfg.get("exploration"):
-            policy.exploration = build("exploration", cfg.exploration, actor=policy.actor, spec=env.spec,
-                                       num_envs=env.num_envs)
-        collector = build("collector", cfg.collector, env=env, policy=policy,
-                          total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
-        buffer_cfg = _buffer_config(cfg, loss)
-        buffer = build("buffer", buffer_cfg, seed=cfg.seed, device=str(device), run_dir=run_dir)
+    if cfg.get("exploration"):
+        policy.exploration = build("exploration", cfg.exploration, actor=policy.actor, spec=env.spec,
+                                   num_envs=env.num_envs)
+    data = _dataset(cfg, env, policy) if reads_dataset else None
+    buffer_cfg = _buffer_config(cfg, loss, reads_dataset)
+    buffer = build("buffer", buffer_cfg, data=data, seed=cfg.seed, device=str(device), run_dir=run_dir)
+    source_node, source_key = _source_node(cfg)
+    source = build("collector", source_node, key=source_key, env=env, env_config=cfg.env, policy=policy,
+                   data=data, buffer=buffer, total_frames=cfg.total_frames, seed=cfg.seed, device=str(device))
+    if source.budget_unit != budget.unit:
+        source.shutdown()
+        raise ConfigError(f"the source {type(source).__name__} counts {source.budget_unit}, but this run's "
+                          f"budget counts {budget.unit}", key=f"{source_key}.name",
+                          fix=f"pick a source that counts {budget.unit}, or set total_{source.budget_unit}")
+    buffer = source.sampled_buffer(buffer)
 
     configured = {name: (build("hook", node, key=f"hooks.{name}", gamma=cfg.gamma, loss=loss,
                                policy=policy), f"config: hooks.{name}")
                   for name, node in (cfg.get("hooks") or {}).items() if node}
-    if not offline:
-        eval_env = build("env", eval_env_cfg, key="env")
-    learning = learning_hooks(loss, buffer.sample_keys if offline else None)
+    eval_env = env if reads_dataset else build("env", eval_env_cfg, key="env")
+    learning = learning_hooks(loss, buffer.sample_keys if reads_dataset else None)
     reporting = reporting_hooks(cfg, optimizer, eval_env, str(device), run_dir, budget.unit)
     for name in sorted(configured.keys() & (learning.keys() | reporting.keys())):
         raise ConfigError(f"hooks.{name} is a built-in hook's name", key=f"hooks.{name}",
@@ -130,14 +132,29 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
                           key="hooks.target_update",
                           fix="add hooks.target_update={name:target_update,interval_updates:1}")
 
-    if offline:
-        steps = cfg.trainer.get("optim_steps_per_epoch") or getattr(collector, "updates_per_round", None)
-        if not steps:  # rounds that divide every interval, so evaluations and checkpoints land on it
-            intervals = [cfg.eval.get("interval_updates"), cfg.checkpoint.get("interval_updates")]
-            steps = math.gcd(OFFLINE_ROUND, *(int(i) for i in intervals if i))
-        return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, set(),
-                   cfg.trainer.epochs_per_batch, steps, 0, budget)
-    steps = _optim_steps(cfg, loss, buffer_cfg, cfg.collector.frames_per_batch)
+    provided = set(source.provided_keys)
+    if provided:  # the acting policy writes its behaviour's keys (e.g. sample_log_prob) into every step
+        provided |= policy.behaviour_keys(cfg.get("collector", {}).get("explore", True))
+    steps = _optim_steps(cfg, loss, buffer_cfg, source)
+    learning_starts = _learning_starts(cfg, budget)
+    return Run(env, eval_env, policy, loss, optimizer, source, buffer, hooks, origins, provided,
+               cfg.trainer.epochs_per_batch, steps, learning_starts, budget)
+
+
+def _source_node(cfg: DictConfig) -> tuple[dict, str]:
+    """The source's config node and its key: ``collector`` for a run that collects; with
+    ``dataset=<id>``, the dataset's rounds, or the ``online`` section's schedule (online DT)."""
+    if cfg.get("collector") is not None:
+        return OmegaConf.to_container(cfg.collector, resolve=True), "collector"
+    if cfg.get("online") is not None:
+        return {"name": "online_dt", **OmegaConf.to_container(cfg.online, resolve=True)}, "online"
+    return {"name": "dataset"}, "dataset"
+
+
+def _learning_starts(cfg: DictConfig, budget: Budget) -> int:
+    """Frames collected before the first update (0 when the budget counts updates)."""
+    if budget.unit == "updates":
+        return 0
     learning_starts = cfg.trainer.get("learning_starts")
     if learning_starts is None:
         learning_starts = cfg.collector.get("init_random_frames", 0) or 0
@@ -147,10 +164,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
             f"{cfg.total_frames}: it would never train", key="total_frames",
             fix=f"raise total_frames above {learning_starts}, or lower collector.init_random_frames "
             "(and trainer.learning_starts if set)")
-    collected = getattr(collector, "collected_keys", COLLECTED_KEYS)  # an agent group's live under "agents"
-    provided = set(collected) | policy.behaviour_keys(cfg.collector.get("explore", True))
-    return Run(env, eval_env, policy, loss, optimizer, collector, buffer, hooks, origins, provided,
-               cfg.trainer.epochs_per_batch, steps, learning_starts, budget)
+    return learning_starts
 
 
 def _check_source(cfg: DictConfig, loss: Any, offline: bool) -> Budget:
@@ -188,18 +202,13 @@ def _check_source(cfg: DictConfig, loss: Any, offline: bool) -> Budget:
     return Budget("frames", int(total_frames))
 
 
-def _offline_source(cfg: DictConfig, env: Any, policy: Any, device: torch.device) -> tuple:
-    """The dataset as the run's source and buffer; the normaliser set from its statistics."""
-    from rlrun.sources import DatasetSource, load_dataset, normalize_from_dataset
+def _dataset(cfg: DictConfig, env: Any, policy: Any) -> Any:
+    """The run's dataset (its spaces checked against the env's); the normaliser set from its statistics."""
+    from rlrun.sources import load_dataset, normalize_from_dataset
 
-    node = OmegaConf.to_container(cfg.buffer, resolve=True) if cfg.get("buffer") is not None else {}
-    if not (str(node.get("name", "")).startswith("dataset") or node.get("name") == "trajectory_slices"):
-        raise ConfigError(f"an offline run samples its dataset, not buffer={node.get('name')}",
-                          key="buffer", fix="use buffer=dataset (or trajectory_slices for sequence models)")
     data = load_dataset(str(cfg.dataset), cfg.get("dataset_root"), env.spec)
     normalize_from_dataset(policy, data)
-    buffer = build("buffer", node, data=data, seed=cfg.seed, device=str(device))
-    return DatasetSource(data), buffer, node
+    return data
 
 
 def _check_action_space(loss: Any, spec: Any) -> None:
@@ -210,8 +219,17 @@ def _check_action_space(loss: Any, spec: Any) -> None:
                           fix=f"pick an algorithm for {space} actions (`rlrun list algo`) or another env")
 
 
-def _buffer_config(cfg: DictConfig, loss: Any) -> dict:
-    """The buffer's config with the on-policy rule applied (capacity = one batch)."""
+def _buffer_config(cfg: DictConfig, loss: Any, reads_dataset: bool = False) -> dict:
+    """The buffer's config: a dataset's sampler for a run that reads one; else with the
+    on-policy rule applied (capacity = one batch)."""
+    if reads_dataset:
+        node = OmegaConf.to_container(cfg.buffer, resolve=True) if cfg.get("buffer") is not None else {}
+        name = str(node.get("name", ""))
+        if not (name.startswith("dataset") or name == "trajectory_slices"):
+            raise ConfigError(f"an offline run samples its dataset, not buffer={node.get('name')}",
+                              key="buffer",
+                              fix="use buffer=dataset (or trajectory_slices for sequence models)")
+        return node
     if cfg.get("buffer") is None:
         raise ConfigError("this algorithm learns from a buffer but none is configured", key="buffer",
                           fix="use buffer=minibatch (on-policy) or buffer=replay (off-policy)")
@@ -248,9 +266,22 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _optim_steps(cfg: DictConfig, loss: Any, buffer_cfg: dict, fpb: int) -> int:
-    """Optimiser steps per epoch: explicit, or derived from the declarations."""
+def _optim_steps(cfg: DictConfig, loss: Any, buffer_cfg: dict, source: Any) -> int:
+    """Optimiser steps per epoch: the source's rounds, explicit, or derived from the declarations."""
     explicit = cfg.trainer.get("optim_steps_per_epoch")
+    if source.updates_per_round is not None:
+        if explicit not in (None, source.updates_per_round):
+            raise ConfigError(f"this run's source has {source.updates_per_round} updates per round",
+                              key="trainer.optim_steps_per_epoch",
+                              fix="remove it; the source's own setting decides (online.updates_per_round)")
+        return source.updates_per_round
+    if source.budget_unit == "updates":
+        if explicit:
+            return explicit
+        # rounds that divide every interval, so that evaluations and checkpoints land on them
+        intervals = [cfg.eval.get("interval_updates"), cfg.checkpoint.get("interval_updates")]
+        return math.gcd(OFFLINE_ROUND, *(int(i) for i in intervals if i))
+    fpb = cfg.collector.frames_per_batch
     per_frame = cfg.trainer.get("updates_per_frame")
     if getattr(loss, "on_policy", False):
         if per_frame is not None:

@@ -27,7 +27,8 @@ import torch
 
 from rlrun.errors import CheckpointError, RlrunError
 
-FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart
+FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
+# since Trainer.state_dict also under its own key "policy" (what rlrun.use loads; older files still resume)
 
 # Errors that say the file system will not take more bytes: the run cannot go on, its
 # last checkpoint stands, and freeing room (or another directory) lets the rerun continue.

@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from rlrun.contracts import FrameSource
 from rlrun.envs.gym import GymVecEnv
 from rlrun.errors import ConfigError
 from rlrun.registry import NonNegativeInt, PositiveInt, register
@@ -24,7 +25,7 @@ from rlrun.registry import NonNegativeInt, PositiveInt, register
 PolicyFn = Callable[[Tensor], dict[str, Tensor]]
 
 
-class SyncCollector:
+class SyncCollector(FrameSource):
     """Collects ``[num_envs, T]`` batches of transitions in TorchRL's key layout.
 
     Args:

@@ -53,7 +53,7 @@ class VmasCollector(SyncCollector):
         device: Where batches are put (the policy acts there).
     """
 
-    collected_keys = GROUP_COLLECTED_KEYS
+    provided_keys = GROUP_COLLECTED_KEYS
 
     def __init__(self, env: VmasEnv, policy: PolicyFn, frames_per_batch: int, total_frames: int,
                  init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):

@@ -58,6 +58,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlrun.contracts import FrameSource
 from rlrun.errors import ConfigError, WorkerError  # noqa: F401  (WorkerError: this module's API too)
 from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 from rlrun.workers.limits import check_workers_fit
@@ -74,7 +75,7 @@ def _shutdown_ref(ref: weakref.ref) -> None:
         collector.shutdown()
 
 
-class MultiCollector:
+class MultiCollector(FrameSource):
     """Collects with ``workers`` processes, each stepping its own vector env.
 
     Args:

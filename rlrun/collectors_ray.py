@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from rlrun.collectors import SyncCollector
 from rlrun.collectors_multi import BACKENDS, RemoteBackend
+from rlrun.contracts import FrameSource
 from rlrun.errors import ConfigError, WorkerError
 from rlrun.workers.loop import SEED_STRIDE, policy_fn
 
@@ -97,7 +98,7 @@ class _Worker:
         self.env.close()
 
 
-class RayCollector:
+class RayCollector(FrameSource):
     """Collects with ``workers`` Ray actors (see the module docstring).
 
     Args:

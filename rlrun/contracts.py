@@ -1,9 +1,12 @@
 """The contracts between the loop's components: what each kind provides and what it may rely on.
 
 ``Loss`` is a small base class (losses share the policy reference, the default
-parameter group and their declarations); the other kinds are Protocols, so any
-object with these members plugs in (a third-party collector or logger need not
-subclass anything). Hooks are in ``rlrun.trainer.hooks``; the policy in
+parameter group and their declarations); every kind the loop relies on has a
+Protocol (``Env``, ``Source``, ``Buffer``, ``LossModule``, ``OptimizerStep``,
+``Logger``), so any object with these members plugs in (a third-party collector
+or logger need not subclass anything), and ``rlrun.registry.build`` checks each
+built component against its kind's protocol (``PROTOCOLS``): a plugin that lacks
+a member fails when it is built, with the member named. Hooks are in ``rlrun.trainer.hooks``; the policy in
 ``rlrun.policy``.
 
 Declarations replace conventions: a loss states which batch keys it reads and
@@ -118,25 +121,54 @@ class Loss(nn.Module):
 
 
 @runtime_checkable
-class Collector(Protocol):
-    """A source of env-step batches; single-process (``rlrun.collectors``) and multi-process
-    (``rlrun.collectors_multi``) collectors are interchangeable under it.
+class Env(Protocol):
+    """A vectorised env: ``num_envs`` sub-envs stepped together, described by ``spec``."""
+
+    spec: Any
+    num_envs: int
+
+    def reset(self, seed: int | None = None) -> Any: ...
+
+    def step(self, action: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What the loop iterates: a collector (one process, worker processes, Ray actors), a
+    dataset's rounds of updates (``rlrun.sources.DatasetSource``), or a schedule of both
+    (``rlrun.sources.OnlineDTSource``). ``rlrun.build`` builds it as the ``collector`` kind.
 
     Batches are ``[*batch, T]`` TensorDicts in TorchRL's key layout (``COLLECTED_KEYS``
     plus the policy's extras); collectors with workers add ``("collector",
-    "policy_version")`` and ``("collector", "worker")``.
+    "policy_version")`` and ``("collector", "worker")``. A source of rounds yields one
+    empty ``[0]`` batch per round; the round's updates sample the buffer.
 
     Attributes:
+        budget_unit: What the run's budget counts with this source: env ``frames``
+            (``total_frames``) or optimiser ``updates`` (``total_updates``).
+        provided_keys: Keys every yielded batch holds (empty for rounds of updates).
+        updates_per_round: Optimiser steps after each batch when the source fixes them
+            (oDT's rounds); None: the run derives them (``rlrun.build``).
         frames: Env frames yielded so far (restored by ``load_state_dict``).
-        total_frames: Frames the iteration stops at (exactly, after rounding to the step width).
-        policy_version: Times ``update_policy_weights`` was called.
+        total_frames: Frames the iteration stops at (exactly, after rounding to the step
+            width); None for sources that stop when the update budget is spent.
+        policy_version: Times ``update_policy_weights`` pushed new weights.
     """
 
+    budget_unit: str
+    provided_keys: frozenset[str]
+    updates_per_round: int | None
     frames: int
-    total_frames: int
+    total_frames: int | None
     policy_version: int
 
     def __iter__(self) -> Iterator[TensorDict]: ...
+
+    def sampled_buffer(self, buffer: Any) -> Any:
+        """The buffer the loop samples, given the run's: that one (collectors), or one the
+        source fills around it (oDT's schedule: the dataset's slices, then its episodes)."""
 
     def update_policy_weights(self, state_dict: Mapping[str, Tensor] | None = None) -> None:
         """Makes the acting policy use these weights (default: the live policy's) from its next rollout."""
@@ -152,19 +184,93 @@ class Collector(Protocol):
         """Releases envs and worker processes; idempotent, and safe after an error."""
 
 
+Collector = Source  # the name hooks and tests knew it by
+
+
+class FrameSource:
+    """The ``Source`` members every collector of env frames shares (a base for collectors)."""
+
+    budget_unit: ClassVar[str] = "frames"
+    provided_keys: ClassVar[frozenset[str]] = COLLECTED_KEYS
+    updates_per_round: ClassVar[int | None] = None  # derived by rlrun.build from the loss and buffer
+
+    def sampled_buffer(self, buffer: Any) -> Any:
+        """Collected batches go into the run's own buffer."""
+        return buffer
+
+
 @runtime_checkable
 class Buffer(Protocol):
-    """A replay buffer: ``extend`` with flat transitions, ``sample`` a batch."""
+    """What the loop samples: a replay buffer, a dataset's sampler, or a schedule of both.
 
-    def extend(self, data: TensorDict) -> None: ...
+    Replay buffers also ``extend``/``empty``/``update_priority`` (``ReplayBuffer``); the hooks
+    that call those are wired only for runs that collect.
+    """
 
     def sample(self) -> TensorDict: ...
+
+    def saved_nbytes(self) -> int:
+        """Bytes its ``state_dict`` would add to a checkpoint (checkpoint.max_buffer_mb)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+@runtime_checkable
+class ReplayBuffer(Buffer, Protocol):
+    """A buffer that stores what the collector yields: ``extend`` with flat transitions."""
+
+    def extend(self, data: TensorDict) -> None: ...
 
     def empty(self) -> None: ...
 
     def update_priority(self, index: Tensor, priority: Tensor) -> None: ...
 
     def nbytes(self) -> int: ...
+
+
+@runtime_checkable
+class LossModule(Protocol):
+    """What the loop and hooks rely on in a loss (``Loss`` above provides all of it)."""
+
+    on_policy: bool
+    learns_from: tuple[str, ...]
+    action_spaces: tuple[str, ...]
+    reads: tuple[str, ...]
+    has_targets: bool
+    policy: nn.Module
+
+    def __call__(self, batch: TensorDict) -> dict[str, Tensor]: ...
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]: ...
+
+    def update_targets(self) -> None: ...
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> Any: ...
+
+
+@runtime_checkable
+class OptimizerStep(Protocol):
+    """One optimisation step over a loss's terms (``rlrun.trainer.optim.OptimizerStep``).
+
+    Attributes:
+        lr_schedule: ``constant``, ``linear`` (the ``linear_lr`` hook anneals it) or ``warmup``.
+        last_grad_norms: Each group's gradient norm at the last step (before clipping);
+            hooks read it for metrics and the divergence check.
+    """
+
+    lr_schedule: str
+    last_grad_norms: dict[str, Tensor]
+
+    def step(self, losses: dict[str, Tensor]) -> None: ...
+
+    def anneal(self, progress: float) -> None:
+        """Sets the learning rates for ``progress`` in [0, 1] of the budget (linear schedules)."""
 
     def state_dict(self) -> dict: ...
 
@@ -185,4 +291,30 @@ class Logger(Protocol):
 
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
+    def commit(self, step: int) -> None:
+        """Everything logged up to ``step`` is covered by a checkpoint (journaled loggers send it)."""
+
     def finish(self, status: str = "FINISHED") -> None: ...
+
+
+# The protocol each component kind is checked against when it is built (``rlrun.registry.build``).
+PROTOCOLS: dict[str, type] = {"env": Env, "collector": Source, "buffer": Buffer, "loss": LossModule,
+                              "optim": OptimizerStep, "logger": Logger}
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The members a protocol declares (annotated attributes and methods, its bases' too)."""
+    names: list[str] = []
+    for cls in reversed(protocol.__mro__):
+        if cls is object or cls is Protocol or not getattr(cls, "_is_protocol", False):
+            continue
+        for name in [*getattr(cls, "__annotations__", {}), *vars(cls)]:
+            if (name.startswith("_") and name not in ("__iter__", "__call__")) or name in names:
+                continue
+            names.append(name)
+    return names
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms)."""
+    return [name for name in protocol_members(protocol) if not hasattr(obj, name)]

@@ -207,7 +207,24 @@ def build(kind: str, cfg: Mapping | DictConfig, key: str | None = None, **extra:
         required = p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         if required and name not in kwargs:
             raise ConfigError("is required but not set", key=f"{key}.{name}", fix=f"set {key}.{name}=...")
-    return factory(**kwargs)
+    component = factory(**kwargs)
+    check_protocol(kind, component, key)
+    return component
+
+
+def check_protocol(kind: str, component: Any, key: str) -> None:
+    """Raises ``ConfigError`` if a built component lacks a member of its kind's protocol
+    (``rlrun.contracts.PROTOCOLS``): a plugin learns what is missing when it is built, not
+    from an ``AttributeError`` mid-run."""
+    from rlrun.contracts import PROTOCOLS, missing_members  # contracts imports torch: only when building
+
+    protocol = PROTOCOLS.get(kind)
+    missing = missing_members(component, protocol) if protocol is not None else []
+    if missing:
+        name = type(component).__name__
+        raise ConfigError(f"the {kind} {name} lacks {', '.join(missing)}, which rlrun.contracts."
+                          f"{protocol.__name__} requires", key=key,
+                          fix=f"add {', '.join(missing)} to {name} (see rlrun.contracts.{protocol.__name__})")
 
 
 # Where to set what rlrun passes to factories instead of the component's own node.

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import checkpoint
-from rlrun.build import Run, build_run, resolve_device
+from rlrun.build import build_run, resolve_device
 from rlrun.config_schema import validate_sections
 from rlrun.confighash import SAFE_TO_CHANGE, matches
 from rlrun.errors import CheckpointError, ConfigError
@@ -86,19 +86,35 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     torch.manual_seed(cfg.seed)
 
     run = build_run(cfg, run_dir, device)
-    policy, loss, optimizer, hooks = run.policy, run.loss, run.optimizer, run.hooks
-    collector, buffer = run.collector, run.buffer
+    hooks, collector = run.hooks, run.collector
     unit, total = run.budget.unit, run.budget.total
-    hooks["checkpoint"] = Checkpointing(lambda: save(), cfg.checkpoint.get(f"interval_{unit}"))
+    # progress in the budget's unit where the checkpoint left it (0: a fresh start)
+    done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
+    progress = Progress(total, done, cfg.progress, unit=unit)
+    stats = hooks["train_stats"]
+    writer = CheckpointWriter(cfg, run_dir)
+    hooks["progress"] = ProgressHook(progress, stats)
+    # last in config order: its save() logs the batch's metrics (progress included) first
+    hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))
+    try:
+        trainer = Trainer(collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
+                          run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
+                          provided=run.provided, budget=run.budget)
+        writer.bind(trainer)
+        if state is not None:
+            _restore(trainer, state, ckpt_path)
+    except BaseException:
+        progress.close()
+        collector.shutdown()
+        run.close()
+        raise
     # the step the loggers continue after (None: a fresh start); rows past it were superseded
-    resume_step = 0 if resume["continues"] else None
+    resume_step = done if resume["continues"] else None
     if state is not None:
-        _restore(state, run, ckpt_path)
-        done = collector.frames if unit == "frames" else int(state["optim_steps"])
-        resume_step = done if resume["continues"] else None
         if done >= total and (run_dir / "summary.json").exists():
             say(f"[rlrun] {run_dir} already finished {done} {unit}; "
                 f"raise total_{unit} to train on, or use resume=false to start afresh")
+            progress.close()
             collector.shutdown()
             run.close()
             summary = json.loads((run_dir / "summary.json").read_text())
@@ -109,7 +125,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             return summary
         say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
               f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
-        if state.get("buffer") is None and buffer is not None:
+        if state.get("buffer") is None and run.buffer is not None:
             say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
                   "training continues with an empty one")
 
@@ -121,6 +137,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                    resume_step=resume_step,
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
+    trainer.logger = logger
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
     write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(cfg)})
     config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -129,46 +146,6 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         logger.log_artifact(config_file)
     elif resume["changes"]:
         logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
-    progress = Progress(total, int(state["optim_steps"] if unit == "updates" else collector.frames)
-                        if state is not None else 0, cfg.progress, unit=unit)
-    stats = hooks["train_stats"]
-    checkpointing = hooks.pop("checkpoint")
-    hooks["progress"] = ProgressHook(progress, stats)
-    hooks["checkpoint"] = checkpointing  # last: its save() logs the batch's metrics first
-    trainer = Trainer(collector, loss, optimizer, hooks, run.epochs_per_batch,
-                      run.optim_steps_per_epoch, run.learning_starts, buffer, logger, policy=policy,
-                      provided=run.provided, budget=run.budget)
-    if state is not None:
-        trainer.optim_steps, trainer.batches = int(state["optim_steps"]), int(state["batches"])
-        trainer.elapsed_before = float(state["wall_time"])
-    warned = []
-
-    def save() -> None:
-        # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
-        # covers S's metrics: a run resumed from it neither lacks nor repeats them
-        trainer.flush_metrics()
-        written = buffer.saved_nbytes()
-        keep_buffer = cfg.checkpoint.buffer is True or (
-            cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
-        if not keep_buffer and written and not warned:
-            warned.append(True)
-            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
-                  f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
-                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
-        pause_point("checkpoint_write")
-        checkpoint.save({
-            "frames": trainer.frames, "optim_steps": trainer.optim_steps,
-            "batches": trainer.batches, "wall_time": trainer.wall_time,
-            "loss": loss.state_dict(), "optimizer": optimizer.state_dict(),
-            "collector": collector.state_dict(),
-            "buffer": buffer.state_dict() if keep_buffer else None,
-            "exploration": policy.exploration.state_dict() if policy.exploration is not None else None,
-            "hooks": {k: h.state_dict() for k, h in hooks.items()},
-            "rng": checkpoint.rng_state(), "mlflow_run_id": logger.run_id,
-            "config": OmegaConf.to_yaml(cfg, resolve=True),
-        }, run_dir / CHECKPOINT)
-        pause_point("checkpoint_commit")
-        logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
 
     status = "FAILED"
     evaluation = hooks["evaluation"]
@@ -180,9 +157,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         else:
             # Saved here, not in a hook, so that a signal landing after the checkpoint
             # hook of the last batch still keeps that batch (else it is trained twice).
-            save()
+            writer.save()
             # the policy alone (config + weights), so that a remote tracking server holds the model
-            logger.log_artifact(write_policy_file(run_dir, cfg, policy, trainer.frames))
+            logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames))
             status = "KILLED" if trainer.interrupted else "FINISHED"
     except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
         status = "KILLED"
@@ -258,27 +235,58 @@ def _paper_tags(cfg: DictConfig) -> dict[str, str]:
     return {f"paper.{k}": str(v) for k, v in paper.items()} if paper else {}
 
 
-def _restore(state: dict, run: Run, path: Path) -> None:
+def _restore(trainer: Trainer, state: dict, path: Path) -> None:
     try:
-        run.loss.load_state_dict(state["loss"])
-        run.optimizer.load_state_dict(state["optimizer"])
-        done = state["frames"] if run.budget.unit == "frames" else state["optim_steps"]
-        run.optimizer.anneal(min(1.0, done / run.budget.total))  # the schedule where it was
-        run.collector.load_state_dict(state["collector"])
-        if state.get("buffer") is not None:
-            run.buffer.load_state_dict(state["buffer"])
-        if run.policy.exploration is not None:
-            run.policy.exploration.load_state_dict(state["exploration"])
-        for name, hook in run.hooks.items():
-            if name in state["hooks"]:
-                hook.load_state_dict(state["hooks"][name])
-        checkpoint.set_rng_state(state["rng"])
+        trainer.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as err:
         raise CheckpointError(
             f"checkpoint {path} does not fit this config ({type(err).__name__}: "
             f"{checkpoint.error_reason(err)[:300]})", key="resume",
             fix="resume with the config the run started with (see its config.yaml), "
             "or start afresh with resume=false") from None
+
+
+class CheckpointWriter:
+    """Writes ``checkpoint.pt`` atomically: the trainer's state (``Trainer.state_dict``), the
+    tracker run it continues and the resolved config; then lets the logger send what it covers.
+
+    Args:
+        cfg: The resolved run config (saved, and ``checkpoint.buffer``/``max_buffer_mb``).
+        run_dir: Where ``checkpoint.pt`` goes.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.cfg, self.path = cfg, run_dir / CHECKPOINT
+        self.trainer: Trainer | None = None
+        self.warned = False
+
+    def bind(self, trainer: Trainer) -> None:
+        """The trainer whose state it saves (built after the checkpoint hook that calls ``save``)."""
+        self.trainer = trainer
+
+    def save(self) -> None:
+        trainer, cfg = self.trainer, self.cfg
+        if trainer is None:
+            raise RuntimeError("CheckpointWriter.save before bind(trainer)")
+        # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
+        # covers S's metrics: a run resumed from it neither lacks nor repeats them
+        trainer.flush_metrics()
+        written = trainer.buffer.saved_nbytes() if trainer.buffer is not None else 0
+        keep_buffer = cfg.checkpoint.buffer is True or (
+            cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
+        if not keep_buffer and written and not self.warned:
+            self.warned = True
+            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
+                  f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
+                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
+        pause_point("checkpoint_write")
+        logger = trainer.logger
+        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer),
+                         "mlflow_run_id": logger.run_id if logger is not None else None,
+                         "config": OmegaConf.to_yaml(cfg, resolve=True)}, self.path)
+        pause_point("checkpoint_commit")
+        if logger is not None:
+            logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict
+from torch import Tensor
 
 from rlrun.datasets.minari_format import OfflineData, read_dataset
 from rlrun.datasets.transitions import TransitionSampler, iql_reward_scale, observation_stats
@@ -28,14 +29,17 @@ from rlrun.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
 class DatasetSource:
     """The source of an offline run: no env steps, one empty ``[0]`` batch per round.
 
-    It has the collector protocol's members, so the lifecycle (checkpoints, resume,
-    shutdown) treats it as any collector; its only state is none (the sampler's
-    generator is the buffer's state).
+    It meets the ``Source`` protocol (``rlrun.contracts``), so the lifecycle (checkpoints,
+    resume, shutdown) treats it as any collector; its only state is the dataset's id
+    (the sampler's generator is the buffer's state).
 
     Args:
         data: The dataset (its id is reported; its rows are the buffer's).
     """
 
+    budget_unit = "updates"
+    provided_keys: frozenset[str] = frozenset()  # rounds are empty: the buffer's samples hold the data
+    updates_per_round = None  # rlrun.build divides the intervals into rounds
     frames = 0
     total_frames = None
     policy_version = 0
@@ -48,7 +52,11 @@ class DatasetSource:
         while True:  # the trainer ends the run when the update budget is spent
             yield self._round
 
-    def update_policy_weights(self) -> None:
+    def sampled_buffer(self, buffer: Any) -> Any:
+        """The dataset's sampler, which stands in the buffer's place."""
+        return buffer
+
+    def update_policy_weights(self, state_dict: Mapping[str, Tensor] | None = None) -> None:
         """Nothing acts from a copy of the weights offline."""
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
@@ -64,6 +72,16 @@ class DatasetSource:
 
     def shutdown(self) -> None:
         """No workers to stop."""
+
+
+@register("collector", "dataset")
+def dataset_source(data: OfflineData) -> DatasetSource:
+    """The rounds of an offline run (``dataset=<id>``): updates on the dataset, no env steps.
+
+    Args:
+        data: The dataset (supplied by rlrun from the run's ``dataset`` key).
+    """
+    return DatasetSource(data)
 
 
 class DatasetTransitions(TransitionSampler):

@@ -1,8 +1,8 @@
 """Use a trained policy: restore it from a run, act with it in Python, save it for a tracker.
 
 A run directory's ``checkpoint.pt`` holds the resolved config (YAML, under
-``"config"``) and the loss's state, whose ``policy.*`` entries are the policy's
-(networks and observation normaliser). ``load`` rebuilds the policy from that
+``"config"``) and, under ``"policy"``, the policy's state (networks and observation
+normaliser; ``rlrun.trainer.loop.Trainer.state_dict``). ``load`` rebuilds the policy from that
 config alone: no override is needed, and a run that is still training is read
 without its lock (checkpoints are replaced atomically, so the file opened is
 always a whole one). ``policy.pt``, written at the end of training and logged to
@@ -141,9 +141,12 @@ def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], Di
     if isinstance(raw, dict) and raw.get("policy_format") == POLICY_FORMAT:
         state = raw
     elif isinstance(raw, dict) and raw.get("format_version") == checkpoint.FORMAT_VERSION:
-        state = {"policy": {k.removeprefix("policy."): v for k, v in raw["loss"].items()
-                            if k.startswith("policy.")},
-                 "exploration": raw.get("exploration"), "frames": int(raw["frames"]),
+        if not isinstance(raw.get("policy"), dict):  # written before the trainer saved it apart
+            raise CheckpointError(f"{file} was written by an older rlrun and holds no policy of its own",
+                                  key="path", fix=f"load {file.parent / POLICY_FILE} (written when the "
+                                  "run finished), or resume the run with this rlrun to rewrite its "
+                                  "checkpoint")
+        state = {"policy": raw["policy"], "exploration": raw.get("exploration"), "frames": int(raw["frames"]),
                  "config": raw.get("config")}
     else:
         raise CheckpointError(f"{file} is not an rlrun checkpoint of format {checkpoint.FORMAT_VERSION}",

@@ -144,7 +144,8 @@ def test_a_sigtermed_odt_run_resumes_with_its_collected_episodes_and_ends_at_exa
     assert stopped["status"] == "interrupted" and 150 <= stopped["optim_steps"] < 1000, stopped
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)  # what the resume starts from
     n_envs = saved["collector"]["frames"] // ((saved["collector"]["rounds"] - 2) * 40)
-    assert saved["buffer"]["is_online"] and len(saved["buffer"]["episodes"]) > 6
+    # past the 2 offline rounds (the source's schedule, saved once): the buffer samples the episodes
+    assert saved["collector"]["rounds"] > 2 and len(saved["buffer"]["episodes"]) > 6
 
     proc = spawn(args, tmp_path)
     _, err = proc.communicate(timeout=300)

@@ -121,3 +121,23 @@ def test_final_policy_is_a_tracker_artifact_that_loads(tmp_path, capsys):
     code, _, err = run_cli(["eval", downloaded, "episodes=3", "out=from_artifact.json"], tmp_path, capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "from_artifact.json").read_text())["mean"] == summary["eval/episode_return"]
+
+
+def test_the_checkpoint_saves_the_policy_under_its_own_key_and_load_reads_it(tmp_path, capsys):
+    run_dir = train(tmp_path, capsys, "logger=none", "total_frames=1024")
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    from_loss = {k.removeprefix("policy."): v for k, v in state["loss"].items() if k.startswith("policy.")}
+    assert set(state["policy"]) == set(from_loss)
+    assert all(torch.equal(state["policy"][k], from_loss[k]) for k in from_loss)
+    # load reads that key, not the loss's entries: a policy saved apart is the one that acts
+    state["policy"] = {k: torch.zeros_like(v) if v.is_floating_point() else v
+                       for k, v in state["policy"].items()}
+    torch.save(state, tmp_path / "zeroed.pt")
+    loaded = rlrun.load(tmp_path / "zeroed.pt")
+    assert all(not p.any() for p in loaded.policy.parameters())
+    # a checkpoint of an older rlrun (no policy key): one line, exit 2, pointing at policy.pt
+    del state["policy"]
+    torch.save(state, tmp_path / "old.pt")
+    code, _, err = run_cli(["eval", str(tmp_path / "old.pt"), "episodes=1"], tmp_path, capsys)
+    assert code == 2 and "holds no policy of its own" in err and "policy.pt" in err
+    assert "Traceback" not in err

@@ -7,6 +7,12 @@ conditioned on ``online.target_return``, into a ``TrajectoryBuffer`` seeded with
 dataset's highest-return episodes, whose returns-to-go are relabelled with the
 returns actually achieved (hindsight); the round's updates then sample that buffer.
 
+The source is a component like any collector (``collector/online_dt``, a
+``rlrun.contracts.Source``), built by ``rlrun.build`` from the ``online`` section, whose
+defaults have one home (``rlrun.config_schema.OnlineSection``). The schedule (rounds
+done, offline rounds) lives in one ``RoundSchedule`` that the source advances and the
+buffer reads.
+
 The budget stays ``total_updates`` (offline and online updates together); ``frames``
 counts the env steps of the online phase (every sub-env step, including those a
 sub-env takes after its episode of the round ended, which are not stored).
@@ -14,19 +20,42 @@ sub-env takes after its episode of the round ended, which are not stored).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
+from torch import Tensor
 
 from rlrun.algos.dt import DatasetSlices, DTPolicy, unit_actions
+from rlrun.config_schema import OnlineSection
 from rlrun.datasets.slices import TrajectoryBuffer
 from rlrun.errors import ConfigError
 from rlrun.modules.transformer import RollingContext
-from rlrun.registry import build
+from rlrun.registry import NonNegativeInt, PositiveInt, Range, build, register
+
+
+class RoundSchedule:
+    """Where an online DT run is in its schedule: the one record of it, which the source
+    advances and the buffer reads (saved once, with the source's state).
+
+    Args:
+        offline_rounds: Rounds of dataset updates before the first collection.
+    """
+
+    def __init__(self, offline_rounds: int):
+        self.offline_rounds, self.rounds = offline_rounds, 0
+
+    @property
+    def collects(self) -> bool:
+        """The next round collects episodes before its updates."""
+        return self.rounds >= self.offline_rounds
+
+    @property
+    def online(self) -> bool:
+        """The current round's updates sample the trajectory buffer (the round collected)."""
+        return self.rounds > self.offline_rounds
 
 
 class ScheduledSlices:
@@ -35,37 +64,32 @@ class ScheduledSlices:
     Args:
         offline: The dataset's slices (``buffer=trajectory_slices``).
         online: The trajectory buffer, seeded with the dataset.
+        schedule: The source's schedule, which says which of the two is sampled.
     """
 
     sample_keys = DatasetSlices.sample_keys
 
-    def __init__(self, offline: DatasetSlices, online: TrajectoryBuffer):
-        self.offline, self.online = offline, online
-        self.is_online = False
+    def __init__(self, offline: DatasetSlices, online: TrajectoryBuffer, schedule: RoundSchedule):
+        self.offline, self.online, self.schedule = offline, online, schedule
         self.batch_size = offline.batch_size
 
     def sample(self, batch_size: int | None = None) -> TensorDict:
-        if self.is_online:
+        if self.schedule.online:
             return self.online.sample(batch_size or self.batch_size)
         return self.offline.sample(batch_size)
 
     def __len__(self) -> int:
-        return sum(len(r) for _, _, r in self.online.episodes) if self.is_online else len(self.offline)
+        return sum(len(r) for _, _, r in self.online.episodes) if self.schedule.online else len(self.offline)
 
     def saved_nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for ep in self.online.episodes for t in ep)
+        return self.online.saved_nbytes()
 
     def state_dict(self) -> dict:
-        return {"offline": self.offline.state_dict(), "is_online": self.is_online,
-                "episodes": [list(ep) for ep in self.online.episodes], "next": self.online._next,
-                "generator": self.online.generator.get_state()}
+        return {"offline": self.offline.state_dict(), **self.online.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.offline.load_state_dict(state["offline"])
-        self.is_online = bool(state["is_online"])
-        self.online.episodes = [tuple(ep) for ep in state["episodes"]]
-        self.online._next, self.online._sampler = int(state["next"]), None
-        self.online.generator.set_state(state["generator"])
+        self.online.load_state_dict(state)
 
 
 class OnlineDTSource:
@@ -80,24 +104,26 @@ class OnlineDTSource:
     Args:
         env: The env it collects on (``cfg.env``).
         policy: A ``tanh_normal`` ``DTPolicy``.
-        buffer: The run's ``ScheduledSlices``.
-        offline_updates: Updates before the first collection.
+        buffer: The run's ``ScheduledSlices``; its ``schedule`` (offline rounds, rounds done) is the
+            source's too.
         updates_per_round: Updates after each round.
         target_return: Return conditioned on when collecting (env units).
         seed: Base seed of the rounds' env resets.
         max_steps: Vector steps per round at most (a guard for envs without a time limit).
     """
 
+    budget_unit = "updates"
+    provided_keys: frozenset[str] = frozenset()  # rounds are empty: the buffer's samples hold the data
+    updates_per_round: int  # the schedule's, fixed for every round (online.updates_per_round)
     total_frames = None
 
-    def __init__(self, env: Any, policy: DTPolicy, buffer: ScheduledSlices, offline_updates: int,
-                 updates_per_round: int, target_return: float, seed: int, max_steps: int = 100_000):
+    def __init__(self, env: Any, policy: DTPolicy, buffer: ScheduledSlices, updates_per_round: int,
+                 target_return: float, seed: int, max_steps: int):
         self.env, self.policy, self.buffer = env, policy, buffer
-        self.offline_rounds = offline_updates // updates_per_round
+        self.schedule = buffer.schedule
         self.updates_per_round, self.target_return = updates_per_round, float(target_return)
         self.seed, self.max_steps = seed, max_steps
         self.frames = 0
-        self.rounds = 0
         self.policy_version = 0
         self._returns: list[float] = []
         self._lengths: list[int] = []
@@ -105,11 +131,19 @@ class OnlineDTSource:
 
     def __iter__(self) -> Iterator[TensorDict]:
         while True:  # the trainer ends the run when the update budget is spent
-            if self.rounds >= self.offline_rounds:
-                self.buffer.is_online = True
+            if self.schedule.collects:
                 self.collect()
-            self.rounds += 1
+            self.schedule.rounds += 1
             yield self._empty
+
+    @property
+    def rounds(self) -> int:
+        """Rounds yielded so far (offline and online)."""
+        return self.schedule.rounds
+
+    def sampled_buffer(self, buffer: Any) -> ScheduledSlices:
+        """The schedule's buffer (the run's dataset slices, then the collected episodes)."""
+        return self.buffer
 
     @torch.no_grad()
     def collect(self) -> None:
@@ -152,8 +186,8 @@ class OnlineDTSource:
         finally:
             model.train(training)
 
-    def update_policy_weights(self) -> None:
-        """The source acts with the live policy."""
+    def update_policy_weights(self, state_dict: Mapping[str, Tensor] | None = None) -> None:
+        """The source acts with the live policy: nothing to push."""
 
     def pop_episode_stats(self) -> tuple[list[float], list[int]]:
         out = (self._returns, self._lengths)
@@ -165,38 +199,47 @@ class OnlineDTSource:
                 "lengths": list(self._lengths)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.frames, self.rounds = int(state["frames"]), int(state["rounds"])
+        self.frames, self.schedule.rounds = int(state["frames"]), int(state["rounds"])
         self._returns, self._lengths = list(state["returns"]), list(state["lengths"])
 
     def shutdown(self) -> None:
         self.env.close()
 
 
-def online_source(cfg: DictConfig, policy: Any, slices: DatasetSlices, data: Any,
-                  device: torch.device) -> tuple[OnlineDTSource, ScheduledSlices]:
-    """The source and buffer of an online DT run, from the config's ``online`` node."""
-    node = OmegaConf.to_container(cfg.online, resolve=True)
+@register("collector", "online_dt")
+def online_dt_source(env_config: Mapping, policy: Any, buffer: Any, data: Any, seed: int, device: str,
+                     target_return: Annotated[float, Range()],  # any finite return (env units)
+                     offline_updates: NonNegativeInt = OnlineSection.offline_updates,
+                     updates_per_round: PositiveInt = OnlineSection.updates_per_round,
+                     capacity: PositiveInt = OnlineSection.capacity,
+                     max_steps: PositiveInt = OnlineSection.max_steps) -> OnlineDTSource:
+    """Online DT's schedule (``algo=odt``, the ``online`` section): dataset rounds, then rounds
+    that collect whole episodes into a trajectory buffer seeded with the dataset.
+
+    Args:
+        env_config: The run's ``env`` node (the source steps an env of its own).
+        policy: A ``tanh_normal`` ``DTPolicy``.
+        buffer: The run's dataset slices (``buffer=trajectory_slices``).
+        data: The dataset, whose best episodes seed the trajectory buffer.
+        seed: The run's seed.
+        device: The learner's device (the trajectory buffer's).
+        target_return: Return conditioned on when collecting (env units).
+        offline_updates: Updates before the first collection (whole rounds).
+        updates_per_round: Updates after each round.
+        capacity: Episodes in the trajectory buffer.
+        max_steps: Vector steps per round at most (a guard for envs without a time limit).
+    """
     if not isinstance(policy, DTPolicy) or policy.head != "tanh_normal":
         raise ConfigError("the online DT phase samples from a tanh_normal Decision Transformer",
                           key="model", fix="use model=dt with model.head=tanh_normal (algo=odt)")
-    per_round = int(node.get("updates_per_round", 300))
-    offline = int(node.get("offline_updates", 0))
-    if per_round < 1:
-        raise ConfigError(f"must be >= 1, got {per_round}", key="online.updates_per_round", fix="e.g. 300")
-    if offline < 0 or offline % per_round:
-        raise ConfigError(f"offline_updates={offline} is not a multiple of updates_per_round={per_round}",
-                          key="online.offline_updates",
-                          fix=f"e.g. {max(1, offline // per_round) * per_round}")
-    if cfg.trainer.get("optim_steps_per_epoch") not in (None, per_round):
-        raise ConfigError("an online DT run's rounds have online.updates_per_round updates",
-                          key="trainer.optim_steps_per_epoch", fix="remove it; set online.updates_per_round")
-    trajectories = TrajectoryBuffer(int(node.get("capacity", 1000)), slices.sampler.slice_len,
-                                    slices.sampler.rtg_scale, seed=cfg.seed)
+    if offline_updates % updates_per_round:
+        raise ConfigError(f"offline_updates={offline_updates} is not a multiple of updates_per_round="
+                          f"{updates_per_round}", key="online.offline_updates",
+                          fix=f"e.g. {max(1, offline_updates // updates_per_round) * updates_per_round}")
+    trajectories = TrajectoryBuffer(capacity, buffer.sampler.slice_len, buffer.sampler.rtg_scale, seed=seed)
     trajectories.seed_with(data.observation.float().to(device), unit_actions(data).to(device),
                            data.reward.float().to(device), data.episode_start, data.episode_length)
-    buffer = ScheduledSlices(slices, trajectories)
-    env = build("env", cfg.env, key="env")
-    source = OnlineDTSource(env, policy, buffer, offline, per_round, float(node["target_return"]),
-                            seed=int(cfg.seed) + 1_000_003, max_steps=int(node.get("max_steps", 100_000)))
-    return source, buffer
-
+    scheduled = ScheduledSlices(buffer, trajectories, RoundSchedule(offline_updates // updates_per_round))
+    env = build("env", env_config, key="env")
+    return OnlineDTSource(env, policy, scheduled, updates_per_round, target_return,
+                          seed=seed + 1_000_003, max_steps=max_steps)

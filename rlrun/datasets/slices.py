@@ -181,3 +181,17 @@ class TrajectoryBuffer:
 
     def sample(self, batch_size: int) -> TensorDict:
         return self.sampler().sample(batch_size)
+
+    def saved_nbytes(self) -> int:
+        """Bytes of the stored episodes (what ``state_dict`` adds to a checkpoint)."""
+        return sum(t.numel() * t.element_size() for ep in self.episodes for t in ep)
+
+    def state_dict(self) -> dict:
+        """The episodes, the ring cursor and the sampling generator."""
+        return {"episodes": [list(ep) for ep in self.episodes], "next": self._next,
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.episodes = [tuple(ep) for ep in state["episodes"]]
+        self._next, self._sampler = int(state["next"]), None  # the flat storage is rebuilt on demand
+        self.generator.set_state(state["generator"])

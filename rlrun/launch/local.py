@@ -85,7 +85,7 @@ class LocalWorker:
         """submitit's preemption/time-out hook: restart this worker where it stands."""
         import submitit
 
-        self.launcher._requeueing = True  # let the job's SystemExit through: the worker restarts
+        self.launcher.expect_requeue()  # let the job's SystemExit through: the worker restarts
         if self.current is not None:
             update_status(Path(self.params[self.current][5]), state="REQUEUED", requeued_at=now())
         return submitit.helpers.DelayedSubmission(self)

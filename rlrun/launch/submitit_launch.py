@@ -157,9 +157,14 @@ class SubmititLauncher(BaseSubmititLauncher):
                           **_summary_fields(out))
         return ret
 
+    def expect_requeue(self) -> None:
+        """Marks the job's coming ``SystemExit`` as submitit's requeue: it is let through (the job,
+        or the worker that runs it, restarts) instead of being reported as the job's failure."""
+        self._requeueing = True
+
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Called by submitit on preemption/time-out: resubmit this same call (the run resumes)."""
-        self._requeueing = True
+        self.expect_requeue()
         status_file = args[5] if len(args) > 5 else kwargs.get("status_file")
         if status_file:
             update_status(Path(status_file), state="REQUEUED", requeued_at=now())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from tensordict import TensorDict
 from rlrun.errors import ConfigError
 from rlrun.objectives.gae import gae
 from rlrun.registry import Fraction, PositiveInt, register
+
+if TYPE_CHECKING:  # the loop imports the hooks: typing only
+    from rlrun.trainer.loop import Trainer
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
                "post_loss", "post_optim", "post_steps", "post_steps_log", "post_eval")
@@ -97,25 +100,25 @@ class Hook:
         """Batch keys read and written, by point: ``{point: (reads, writes)}`` (dotted nested keys)."""
         return {}
 
-    def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
+    def process_batch(self, trainer: Trainer, batch: TensorDict) -> TensorDict:
         return batch
 
-    def pre_steps_log(self, trainer, batch: TensorDict) -> None: ...
+    def pre_steps_log(self, trainer: Trainer, batch: TensorDict) -> None: ...
 
-    def pre_epoch(self, trainer, batch: TensorDict) -> None: ...
+    def pre_epoch(self, trainer: Trainer, batch: TensorDict) -> None: ...
 
-    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+    def process_optim_batch(self, trainer: Trainer, batch: TensorDict) -> TensorDict:
         return batch
 
-    def post_loss(self, trainer, sub: TensorDict, losses: dict) -> None: ...
+    def post_loss(self, trainer: Trainer, sub: TensorDict, losses: dict) -> None: ...
 
-    def post_optim(self, trainer) -> None: ...
+    def post_optim(self, trainer: Trainer) -> None: ...
 
-    def post_steps(self, trainer) -> None: ...
+    def post_steps(self, trainer: Trainer) -> None: ...
 
-    def post_steps_log(self, trainer, batch: TensorDict) -> None: ...
+    def post_steps_log(self, trainer: Trainer, batch: TensorDict) -> None: ...
 
-    def post_eval(self, trainer, metrics: dict[str, float]) -> None:
+    def post_eval(self, trainer: Trainer, metrics: dict[str, float]) -> None:
         """After each evaluation (within ``post_steps_log``), with its ``eval/...`` metrics."""
 
     def state_dict(self) -> dict:

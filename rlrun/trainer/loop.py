@@ -32,7 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tensordict import TensorDict
+from torch import nn
 
+from rlrun.checkpoint import rng_state, set_rng_state
+from rlrun.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.trainer.hooks import HOOK_POINTS, Hook, dispatch
 from rlrun.trainer.wiring import plan
 
@@ -52,8 +55,8 @@ class Trainer:
     ``collector``, ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
 
     Args:
-        collector: The data source: iterable of batches with ``frames`` (a collector, a
-            ``DatasetSource`` yielding one empty batch per round of updates, or a schedule).
+        collector: The data source (``rlrun.contracts.Source``): a collector, a
+            ``DatasetSource`` yielding one empty batch per round of updates, or a schedule.
         loss: Module mapping a TensorDict to a dict of losses and diagnostics.
         optimizer: An ``OptimizerStep``.
         hooks: Named hooks in config order; each point runs them in the order
@@ -70,10 +73,11 @@ class Trainer:
             ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
 
-    def __init__(self, collector: Any, loss: Any, optimizer: Any, hooks: dict[str, Hook],
+    def __init__(self, collector: Source, loss: LossModule, optimizer: OptimizerStep, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
-                 learning_starts: int = 0, buffer: Any = None, logger: Any = None,
-                 policy: Any = None, provided: set[str] | None = None, budget: Budget | None = None):
+                 learning_starts: int = 0, buffer: Buffer | None = None, logger: Logger | None = None,
+                 policy: nn.Module | None = None, provided: set[str] | None = None,
+                 budget: Budget | None = None):
         self.collector, self.loss, self.optimizer, self.policy = collector, loss, optimizer, policy
         self.buffer, self.logger, self.hooks = buffer, logger, hooks
         self.epochs_per_batch, self.optim_steps_per_epoch = epochs_per_batch, optim_steps_per_epoch
@@ -149,6 +153,46 @@ class Trainer:
             self.last_clock = self.clock
             if self.stop_reason or (self._max_updates is not None and self.done):
                 break
+
+    def state_dict(self, keep_buffer: bool = True) -> dict[str, Any]:
+        """The run's state: counters, the policy (its own key, what ``rlrun.use`` loads), the
+        loss, optimiser, source, buffer (unless ``keep_buffer`` is False), exploration, every
+        hook's state and the global RNGs. ``load_state_dict`` puts it back."""
+        policy = self.policy
+        exploration = getattr(policy, "exploration", None)  # no policy: a bare Trainer (tests)
+        return {
+            "frames": self.frames, "optim_steps": self.optim_steps,
+            "batches": self.batches, "wall_time": self.wall_time,
+            "policy": policy.state_dict() if policy is not None else None,
+            "loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "collector": self.collector.state_dict(),
+            "buffer": self.buffer.state_dict() if keep_buffer and self.buffer is not None else None,
+            "exploration": exploration.state_dict() if exploration is not None else None,
+            "hooks": {k: h.state_dict() for k, h in self.hooks.items()},
+            "rng": rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` saved. A state without a buffer leaves the buffer as
+        built (empty); hooks the state does not name keep their fresh state. Raises
+        ``KeyError``/``RuntimeError``/``ValueError`` when the state does not fit the components."""
+        self.loss.load_state_dict(state["loss"])  # the policy too: the loss holds it by reference
+        if state.get("policy") is not None and self.policy is not None:
+            self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.collector.load_state_dict(state["collector"])
+        self.optim_steps, self.batches = int(state["optim_steps"]), int(state["batches"])
+        self.elapsed_before = float(state["wall_time"])
+        self.optimizer.anneal(self.progress)  # the schedule where it was
+        if state.get("buffer") is not None and self.buffer is not None:
+            self.buffer.load_state_dict(state["buffer"])
+        exploration = getattr(self.policy, "exploration", None)
+        if exploration is not None:
+            exploration.load_state_dict(state["exploration"])
+        for name, hook in self.hooks.items():
+            if name in state["hooks"]:
+                hook.load_state_dict(state["hooks"][name])
+        set_rng_state(state["rng"])
 
     def _steps_this_epoch(self) -> int:
         if self._max_updates is None:

@@ -98,7 +98,7 @@ def test_each_table2_config_runs_a_few_updates(name, tmp_path, capsys, monkeypat
     if algo == "odt":
         state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
         # 4 rounds: 2 offline (no env steps), 2 online that each collected one episode per sub-env
-        assert state["collector"]["rounds"] == 4 and state["buffer"]["is_online"]
+        assert state["collector"]["rounds"] == 4  # the schedule's one record: past the 2 offline
         assert 0 < summary["frames"] <= 2 * 30 and len(state["buffer"]["episodes"]) == 4 + 2
     else:
         assert summary["frames"] == 0
