@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+import pkgutil
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -103,13 +104,30 @@ def run_check(factory: Callable, node: dict, key: str) -> Any:
     return check({**defaults, **node}, key)
 
 
+# rlrun's own component modules, named as data and imported on the first lookup, as third-party
+# entry points are: the factories import this module, so it imports none of them (no import circle).
+# Every module of a package in BUILTIN_PACKAGES registers (adding an algorithm edits no list).
+BUILTIN_PACKAGES = ("rlrun.algos",)
+BUILTIN_MODULES = (
+    "rlrun.collectors", "rlrun.collectors_marl", "rlrun.collectors_multi", "rlrun.collectors_ray",
+    "rlrun.exploration", "rlrun.sources", "rlrun.tracking", "rlrun.buffers.factory",
+    "rlrun.envs.atari", "rlrun.envs.envpool", "rlrun.envs.gym", "rlrun.envs.vmas", "rlrun.launch.pruning",
+    "rlrun.loggers.wandb", "rlrun.modules.cnn", "rlrun.modules.group_models", "rlrun.modules.models",
+    "rlrun.trainer.hooks", "rlrun.trainer.optim",
+)
+
+
 def _load_all() -> None:
     """Imports rlrun's own component modules and the third-party entry points."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    importlib.import_module("rlrun.components")
+    for package in BUILTIN_PACKAGES:
+        for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            importlib.import_module(f"{package}.{module.name}")
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 

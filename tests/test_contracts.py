@@ -30,6 +30,15 @@ ALLOWED_PRIVATE = {
     ("launch/submitit_launch.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("launch/sweeper.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("record/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
+    ("_dynamo_lazy.py", "fn.__dynamo_disable"): "torch's cache of its Dynamo wrapper, pre-filled so that "
+                                                 "optimisers do not import torch._dynamo",
+    ("_dynamo_lazy.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
+    ("collectors_marl.py", "super()._random_action"): "the method it overrides (its own class hierarchy)",
+    ("trainer/optim.py", "opt._optimizer_step_pre_hooks"): "torch's step hooks: if any, torch's step runs",
+    ("trainer/optim.py", "opt._optimizer_step_post_hooks"): "torch's step hooks: if any, torch's step runs",
+    ("trainer/optim.py", "torch_optimizer._global_optimizer_pre_hooks"): "torch's global step hooks",
+    ("trainer/optim.py", "torch_optimizer._global_optimizer_post_hooks"): "torch's global step hooks",
+    ("trainer/optim.py", "opt._optimizer_step_code"): "the profiler marker torch's step wrapper calls",
     ("workers/loop.py", "os._exit"): "a worker exits without running the parent's atexit handlers",
 }
 

@@ -136,7 +136,7 @@ def test_mode_is_offline_without_a_key_and_online_with_one(tmp_path, monkeypatch
 
 
 def test_wandb_is_imported_only_when_chosen():
-    code = ("import sys, rlrun.components; from rlrun.registry import lookup; lookup('logger', 'wandb'); "
+    code = ("import sys; from rlrun.registry import lookup, entries; entries(); lookup('logger', 'wandb'); "
             "print('wandb' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
