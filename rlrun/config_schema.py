@@ -111,6 +111,7 @@ class RunConfig:
     seed: Seed = 0
     device: str = "auto"
     threads: Annotated[int, Range(ge=1)] | None = 1
+    compile: bool = False  # torch.compile the loss and optimiser steps (rlrun.trainer.compiled)
     resume: bool | str = "auto"
     resume_allow_changes: bool = False
     progress: bool | Literal["auto"] = "auto"

@@ -145,6 +145,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     trainer = Trainer(collector, loss, optimizer, hooks, run.epochs_per_batch,
                       run.optim_steps_per_epoch, run.learning_starts, buffer, logger, policy=policy,
                       provided=run.provided, budget=run.budget)
+    if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+        from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+        trainer.compiled = CompiledUpdate(loss, optimizer, compile_mode(device))
     if state is not None:
         trainer.optim_steps, trainer.batches = int(state["optim_steps"]), int(state["batches"])
         trainer.elapsed_before = float(state["wall_time"])
@@ -226,7 +229,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 # Keys a resumed run may change without asking: budgets, schedules of evaluation and
 # checkpoints, where and how it logs and runs. Anything else changes the experiment.
 SAFE_TO_CHANGE = ("total_frames", "total_updates", "eval.", "checkpoint.", "logger.", "progress", "resume",
-                  "device", "threads", "hooks.optuna_pruning.", "resume_allow_changes",
+                  "device", "threads", "compile", "hooks.optuna_pruning.", "resume_allow_changes",
                   "collector.ray_address")
 
 

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tensordict import TensorDict
 
 from rlrun.trainer.hooks import HOOK_POINTS, Hook
 from rlrun.trainer.wiring import plan
+
+if TYPE_CHECKING:
+    from rlrun.trainer.compiled import CompiledUpdate
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class Trainer:
         budget: The run's length (None: the collector's ``total_frames``). An update budget
             ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
+
+    # compile=true: the compiled loss call and optimiser step (rlrun.trainer.compiled), set after building
+    compiled: CompiledUpdate | None = None
 
     def __init__(self, collector: Any, loss: Any, optimizer: Any, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
@@ -131,9 +137,9 @@ class Trainer:
                     self.call_hooks("pre_epoch", batch)
                     for _ in range(self._steps_this_epoch()):
                         sub = self._chain("process_optim_batch", batch)
-                        losses = self.loss(sub)
+                        losses = self.loss(sub) if self.compiled is None else self.compiled.loss(sub)
                         self.call_hooks("post_loss", sub, losses)
-                        self.optimizer.step(losses)
+                        (self.optimizer if self.compiled is None else self.compiled).step(losses)
                         self.call_hooks("post_optim")
                         self.optim_steps += 1
             self.call_hooks("post_steps")
