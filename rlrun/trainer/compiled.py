@@ -12,12 +12,13 @@ optimiser step) never ends a run: that part falls back to eager for the rest of 
 line on stderr naming the loss and the reason. The call that failed is redone eagerly; if the
 eager call raises too, its error is the loss's own and propagates.
 
-When it pays (measured on a 2-core CPU with ``threads=1``, torch 2.13; see
-``python -m rlrun.benchmarks update --compile``): the first compiled update costs the compile,
-~15-30 s per loss on a quiet machine with inductor's on-disk cache warm and several times that
-cold, so at the few-ms updates of small RL networks on CPU compilation seldom pays back in a
-run; hence ``compile: false`` by default. ``torch._dynamo`` is imported only when this module
-compiles something (``rlrun._dynamo_lazy``).
+When it pays on CPU (``python -m rlrun.benchmarks update --compile``; 2 shared cores,
+``threads=1``, torch 2.13, figures in rlrun/benchmarks/README.md): PPO's 64x64 minibatch step
+ran 1.76x faster compiled, repaying its cold compile (~4 min there; ~15-30 s with inductor's
+on-disk cache warm) after ~5,000 updates; SAC's 256x256 update ran 0.8x, never repaying it.
+Hence ``compile: false`` by default. Compiled runs draw their random numbers from inductor's
+generator, so they are reproducible per seed but differ from eager runs' streams.
+``torch._dynamo`` is imported only when this module compiles something (``rlrun._dynamo_lazy``).
 """
 
 from __future__ import annotations
