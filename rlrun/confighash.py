@@ -9,13 +9,13 @@ import hashlib
 import json
 from typing import Any
 
-NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "env.backend",
+NOT_CONFIG = ("seed", "logger", "progress", "resume", "device", "threads", "compile", "env.backend",
               "eval.interval_frames", "eval.interval_updates", "eval.max_envs", "checkpoint", "hydra",
               "paper", "dataset_root")
 """Params that do not change the experiment (the seed, where and how it is logged, run, resumed,
-checkpointed, how often it is evaluated, and which library steps the env: like ``device``, the
-backend changes rounding, not the experiment, and runs from before the key existed keep their
-hash) and so are left out of its config hash; a name
+checkpointed, how often it is evaluated, which library steps the env and whether the update
+is compiled: like ``device``, the backend and ``compile`` change rounding, not the experiment,
+and runs from before those keys existed keep their hash) and so are left out of its config hash; a name
 matches itself and everything under it (``logger`` matches ``logger.tracking_uri``)."""
 
 

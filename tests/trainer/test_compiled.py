@@ -216,3 +216,20 @@ def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
     assert len(lines) == 2 and "PPOLoss loss runs eager" in lines[0], done.stderr
     assert (tmp_path / "summary.json").exists()
 
+
+
+def test_compile_is_an_execution_detail_not_the_experiment():
+    # like device/threads: neither the config hash (report grouping), the run directory nor a resume's
+    # change check treat compile=true as another experiment
+    import yaml
+
+    from rlrun.cli import CONF_DIR
+    from rlrun.confighash import config_hash
+    from rlrun.run import SAFE_TO_CHANGE
+
+    params = {"algo": "ppo", "gamma": "0.99"}
+    assert config_hash({**params, "compile": "True"}) == config_hash(params)
+    config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
+    assert config["compile"] is False
+    assert "compile" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    assert "compile" in SAFE_TO_CHANGE
