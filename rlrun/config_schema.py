@@ -120,6 +120,7 @@ class RunConfig:
     seed: Seed
     device: str
     threads: Annotated[int, Range(ge=1)] | None
+    compile: bool  # torch.compile the loss and optimiser steps (rlrun.trainer.compiled)
     resume: bool | str
     resume_allow_changes: bool
     progress: bool | Literal["auto"]

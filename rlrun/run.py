@@ -101,6 +101,10 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                           run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
                           provided=run.provided, budget=run.budget)
         writer.bind(trainer)
+        if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+            from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+            trainer.compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
         if state is not None:
             _restore(trainer, state, ckpt_path)
     except BaseException:

@@ -1,4 +1,4 @@
-"""``python -m rlrun.benchmarks [collection] [gae] [update] [--quick] [--json PATH]``.
+"""``python -m rlrun.benchmarks [collection] [gae] [update] [--quick] [--compile] [--json PATH]``.
 
 ``collection --table5 --workers 1,2,4`` runs the collection benchmark in the form of
 the paper's Table 5 (``table5``: gymnasium baselines, sync, multi_sync and multi_async
@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run `collection` as the paper's Table 5 (the table5 benchmark)")
     p.add_argument("--workers", type=_int_list, default=None, metavar="W,W,...",
                    help="worker counts of the table5 benchmark (default: 1,2)")
+    p.add_argument("--compile", action="store_true",
+                   help="update: also time rlrun's steps with compile=true against eager")
     p.add_argument("--json", type=Path, default=Path("bench_results/benchmarks.json"),
                    help="where to write the results (default: %(default)s, relative to cwd)")
     args = p.parse_args(argv)
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         takes_workers = "workers" in inspect.signature(module.run).parameters
         extra = {"workers": args.workers} if args.workers and takes_workers else {}
+        if args.compile and "compile" in inspect.signature(module.run).parameters:
+            extra["compile"] = True
         result = module.run(quick=args.quick, reps=args.reps, **extra)
         result["wall_s"] = round(time.perf_counter() - start, 1)
         results["results"][name] = result

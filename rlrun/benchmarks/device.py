@@ -26,6 +26,11 @@ slack). Nothing tighter is sound: every random stream that matters is drawn on t
 (actions, dropout, CQL's sampled actions, and the dataset samplers' generators, which live on
 the storage's device), and CUDA's streams differ from CPU's, so even the first batch differs;
 this catches breakage (NaNs, a run that stops learning altogether), not rounding.
+
+``--compile`` runs each family a third time, on ``--device`` with ``compile=true``
+(``rlrun.trainer.compiled``), under the same probe and checked against the eager CPU run with
+the cross-device tolerance (compiled kernels round differently, even on CPU); a fallback to
+eager (the one stderr line ``compile=true: ...``) is a violation.
 """
 
 from __future__ import annotations
@@ -222,13 +227,14 @@ class Outcome:
     wall_s: float = 0.0
 
 
-def run_family(name: str, device: str, quick: bool, work: Path) -> Outcome:
-    """Trains ``name`` on ``device`` in this process with a ``DeviceProbe``; returns what it saw."""
+def run_family(name: str, device: str, quick: bool, work: Path, compile: bool = False) -> Outcome:
+    """Trains ``name`` on ``device`` in this process with a ``DeviceProbe``; returns what it saw
+    (``compile``: with ``compile=true``; a fallback to eager is a violation)."""
     import rlrun.run as run_module
     from rlrun.cli import main
 
-    overrides = FAMILIES[name][1 if quick else 0]
-    run_dir = work / f"{name}-{device.replace(':', '_')}"
+    overrides = FAMILIES[name][1 if quick else 0] + (["compile=true"] if compile else [])
+    run_dir = work / f"{name}-{device.replace(':', '_')}{'-compiled' if compile else ''}"
     probe = DeviceProbe(torch.device(device))
     original = run_module.build_run
 
@@ -258,6 +264,7 @@ def run_family(name: str, device: str, quick: bool, work: Path) -> Outcome:
     out.updates, out.first_losses = probe.updates, probe.first_losses or {}
     out.last_losses = _scalars(probe.last_losses)
     out.violations = probe.violations + checkpoint_misplaced(run_dir / "checkpoint.pt", probe.device)
+    out.violations += [line for line in stderr.getvalue().splitlines() if "compile=true:" in line]
     if probe.updates == 0 or not out.first_losses:  # nothing seen, nothing checked: not a pass
         out.violations.append("the probe saw no update (the run is too short to check anything)")
     return out
@@ -307,8 +314,10 @@ def compare(name: str, dev: Outcome, cpu: Outcome, exact: bool) -> list[str]:
     return problems
 
 
-def check(device: str, quick: bool, families: list[str], work: Path) -> tuple[list[dict], int]:
-    """Runs the families on ``device`` and on CPU; returns one row per family and the exit status."""
+def check(device: str, quick: bool, families: list[str], work: Path,
+          compile: bool = False) -> tuple[list[dict], int]:
+    """Runs the families on ``device`` and on CPU (``compile``: and compiled on ``device``);
+    returns one row per family (and compiled variant) and the exit status."""
     os.environ["MINARI_DATASETS_PATH"] = str(work / "datasets")
     if any(f in OFFLINE_FAMILIES for f in families):
         make_offline_dataset(work / "datasets")
@@ -330,7 +339,32 @@ def check(device: str, quick: bool, families: list[str], work: Path) -> tuple[li
               f"{verdict} ({dev.wall_s + cpu.wall_s:.1f} s)", flush=True)
         for p in problems[:10]:
             print(f"    {p}", flush=True)
+        if compile and cpu.rc == 0:
+            row = _compiled_row(name, device, quick, work, cpu)
+            status = status or (1 if row["problems"] else 0)
+            rows.append(row)
     return rows, status
+
+
+def _compiled_row(name: str, device: str, quick: bool, work: Path, cpu: Outcome) -> dict:
+    """The family on ``device`` with ``compile=true`` against the eager CPU run: placement, no
+    fallback to eager, and returns within the cross-device tolerance (compiled kernels round
+    differently, so never exact)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()  # the families before it filled dynamo's caches (Adam.step's among them)
+    out = run_family(name, device, quick, work / "compiled", compile=True)
+    problems = ([f"compiled {device} run failed (rc {out.rc}): {out.error}"] if out.rc
+                else out.violations + compare(name, out, cpu, exact=False))
+    delta = abs(out.eval_return - cpu.eval_return)
+    verdict = "OK" if not problems else f"{len(problems)} violation(s)"
+    print(f"{name:7s} device={device} compile=true updates={out.updates} max|Δreturn|={delta:.3g} "
+          f"placement/match: {verdict} ({out.wall_s:.1f} s)", flush=True)
+    for p in problems[:10]:
+        print(f"    {p}", flush=True)
+    return {"family": name, "device": device, "compile": True, "updates": out.updates,
+            "return": out.eval_return, "cpu_return": cpu.eval_return, "max_abs_d_return": delta,
+            "problems": problems, "wall_s": round(out.wall_s, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,13 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few dozen updates per family (CI)")
     p.add_argument("--families", default="", help=f"comma-separated subset of {','.join(FAMILIES)}")
     p.add_argument("--compile", action="store_true",
-                   help="also check compile=true (not implemented: rlrun has no compile option yet)")
+                   help="also run every family with compile=true on --device (against the eager CPU run)")
     p.add_argument("--work", type=Path, default=None, help="where runs go (default: a temporary directory)")
     args = p.parse_args(argv)
-    if args.compile:
-        print("rlrun.benchmarks device: error: --compile is not implemented yet: rlrun has no compile "
-              "config key (issue 27 §3)\n  fix: run without --compile", file=sys.stderr)
-        return 2
     families = [f for f in args.families.split(",") if f] or list(FAMILIES)
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
@@ -365,8 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        rows, status = check(args.device, args.quick, families, work)
+        rows, status = check(args.device, args.quick, families, work, args.compile)
     bad = sum(bool(r["problems"]) for r in rows)
-    print(f"device check: {len(rows) - bad}/{len(rows)} families OK on {args.device} "
+    unit = "runs" if args.compile else "families"
+    print(f"device check: {len(rows) - bad}/{len(rows)} {unit} OK on {args.device} "
           f"({time.perf_counter() - start:.0f} s)", flush=True)
     return status

@@ -22,12 +22,17 @@ baseline timed in the same process (each also with the opt-in ``optim.impl=fused
   autograd, Python).
 * PPO minibatch step against the pre-#27 construction (``impl=for_loop``: torch's
   per-tensor Adam loop, which was the CPU default), in ms per minibatch.
+
+``--compile`` adds rlrun's steps with ``compile=true`` (``rlrun.trainer.compiled``) against the
+same steps eager: ms per update of each, the speedup, the compile time (the first calls,
+excluded from the timings) and the updates it takes the speedup to repay it.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -42,6 +47,7 @@ from rlrun.benchmarks.common import interleave, median, ratio, table
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q
 from rlrun.trainer.builtins import DivergenceGuard
+from rlrun.trainer.compiled import CompiledUpdate
 from rlrun.trainer.optim import OptimizerStep
 
 OBS, ACT, BATCH, POOL = 17, 6, 256, 16
@@ -59,20 +65,22 @@ def sac_batches(seed: int = 0) -> list[TensorDict]:
     }, batch_size=[BATCH]) for _ in range(POOL)]
 
 
-def rlrun_sac(batches: list[TensorDict], check: bool = True, impl: str = "auto") -> Callable[[int], None]:
+def rlrun_sac(batches: list[TensorDict], check: bool = True, impl: str = "auto", compiled: bool = False
+              ) -> Callable[[int], None]:
     """rlrun's SAC update, wired as a run wires it (``check=False``: no divergence check;
-    ``impl``: ``optim.impl``)."""
+    ``impl``: ``optim.impl``; ``compiled``: as ``compile=true`` wires it)."""
     spec = EnvSpec((OBS,), np.dtype(np.float32), False, ACT)
     loss = SACLoss(actor_twin_q(spec), spec, gamma=0.99)
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, eps=1e-8, weight_decay=0.0, impl=impl)
     guard, trainer = _guard(loss, optim)
+    update = CompiledUpdate(loss, optim) if compiled else None
 
     def steps(n: int) -> None:
         for i in range(n):
-            losses = loss(batches[i % POOL])
+            losses = loss(batches[i % POOL]) if update is None else update.loss(batches[i % POOL])
             if check:
                 guard.post_loss(trainer, None, losses)
-            optim.step(losses)
+            (optim if update is None else update).step(losses)
             loss.update_targets()
         if check:
             guard.post_steps(trainer)  # once per collected batch in a run
@@ -189,23 +197,26 @@ def ppo_data(n: int = 2048, seed: int = 0) -> TensorDict:
     }, batch_size=[n])
 
 
-def rlrun_ppo(batch: TensorDict, minibatch: int = 64, impl: str = "auto") -> Callable[[int], None]:
+def rlrun_ppo(batch: TensorDict, minibatch: int = 64, impl: str = "auto", compiled: bool = False
+              ) -> Callable[[int], None]:
     """rlrun's PPO epochs: ``PPOLoss`` + ``OptimizerStep`` on shuffled minibatches.
 
-    ``impl`` is ``optim.impl``: ``for_loop`` is the construction before #27.
+    ``impl`` is ``optim.impl``: ``for_loop`` is the construction before #27; ``compiled``: as
+    ``compile=true`` wires them.
     """
     spec = EnvSpec((4,), np.dtype(np.float32), True, 2)
     loss = PPOLoss(actor_critic(spec, hidden=[64, 64], activation="tanh"))
     optim = OptimizerStep(loss.param_groups(), "adam", lr=3e-4, max_grad_norm=0.5, eps=1e-5,
                           weight_decay=0.0, impl=impl)
     guard, trainer = _guard(loss, optim)
+    update = CompiledUpdate(loss, optim) if compiled else None
 
     def epochs(n: int) -> None:
         for _ in range(n):
             for idx in torch.randperm(batch.shape[0]).split(minibatch):
-                losses = loss(batch[idx])
+                losses = loss(batch[idx]) if update is None else update.loss(batch[idx])
                 guard.post_loss(trainer, None, losses)
-                optim.step(losses)
+                (optim if update is None else update).step(losses)
         guard.post_steps(trainer)
     return epochs
 
@@ -239,9 +250,38 @@ def handwritten_ppo(batch: TensorDict, minibatch: int = 64) -> Callable[[int], N
     return epochs
 
 
-def run(quick: bool = False, reps: int | None = None) -> dict:
+def compile_rows(quick: bool, reps: int) -> list[dict]:
+    """ms/update of rlrun's SAC update and PPO minibatch step, eager and compiled (``compile=true``)."""
+    batches, ppo_batch = sac_batches(), ppo_data()
+    minibatches = ppo_batch.shape[0] // 64
+    rows = []
+    for name, per_call, n, make in (
+            ("SAC update (HalfCheetah shapes)", 1, 20 if quick else 100,
+             lambda c: rlrun_sac(batches, compiled=c)),
+            ("PPO minibatch (CartPole shapes, 64 samples)", minibatches, 1 if quick else 3,
+             lambda c: rlrun_ppo(ppo_batch, compiled=c))):
+        eager, compiled = make(False), make(True)
+        start = time.perf_counter()
+        compiled(2 if per_call == 1 else 1)  # compiles (the optimiser step again on its second call)
+        compile_s = time.perf_counter() - start
+        eager(2 if per_call == 1 else 1)
+        times = interleave({"eager": lambda n=n, f=eager: f(n), "compiled": lambda n=n, f=compiled: f(n)},
+                           reps)
+        ms = {k: 1e3 * median(v) / (n * per_call) for k, v in times.items()}
+        gain = ms["eager"] - ms["compiled"]
+        rows.append({"workload": name, "eager_ms": ms["eager"], "compiled_ms": ms["compiled"],
+                     "speedup": ms["eager"] / ms["compiled"], "compile_s": compile_s,
+                     "break_even_updates": math.ceil(1e3 * compile_s / gain) if gain > 0 else None,
+                     "times_s": times})
+        print(f"  update --compile {name}: {ms['eager']:.2f} -> {ms['compiled']:.2f} ms/update, "
+              f"compile {compile_s:.1f} s", flush=True)
+    return rows
+
+
+def run(quick: bool = False, reps: int | None = None, compile: bool = False) -> dict:
     """SAC updates/s and PPO epochs/s of rlrun against the hand-written steps, the SAC GEMM
-    floor and the PPO step of the pre-#27 optimiser construction."""
+    floor and the PPO step of the pre-#27 optimiser construction (``compile``: and rlrun's steps
+    compiled against eager)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     reps = reps or (3 if quick else 7)
@@ -277,7 +317,7 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
             row["ref_ms_per_step"] = 1e3 * median(times["hand"]) / (32 * n)
         rows.append(row)
         print(f"  update {name}: ratio {r['median']:.2f}", flush=True)
-    return {"rows": rows, "notes": []}
+    return {"rows": rows, "notes": [], "compile": compile_rows(quick, reps) if compile else []}
 
 
 def render(result: dict) -> str:
@@ -286,4 +326,12 @@ def render(result: dict) -> str:
             ("rlrun_per_s", "rlrun", ".1f"), ("hand_per_s", "reference", ".1f"),
             ("ratio", "rlrun/reference", ".2f"), ("ratio_min", "min", ".2f"), ("ratio_max", "max", ".2f"),
             ("rlrun_ms_per_step", "rlrun ms/step", ".3f"), ("ref_ms_per_step", "reference ms/step", ".3f")]
-    return table(result["rows"], cols)
+    out = table(result["rows"], cols)
+    if result.get("compile"):
+        rows = [{**r, "break_even": "never" if r["break_even_updates"] is None else r["break_even_updates"]}
+                for r in result["compile"]]
+        out += "\n\ncompile=true against eager (compile time excluded from ms/update):\n\n" + table(rows, [
+            ("workload", "workload", "s"), ("eager_ms", "eager ms/update", ".3f"),
+            ("compiled_ms", "compiled ms/update", ".3f"), ("speedup", "speedup", ".2f"),
+            ("compile_s", "compile s", ".1f"), ("break_even", "break-even updates", "")])
+    return out

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tensordict import TensorDict
 from torch import nn
@@ -38,6 +38,9 @@ from rlrun.checkpoint import rng_state, set_rng_state
 from rlrun.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.trainer.hooks import HOOK_POINTS, Hook, dispatch
 from rlrun.trainer.wiring import plan
+
+if TYPE_CHECKING:
+    from rlrun.trainer.compiled import CompiledUpdate
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class Trainer:
         budget: The run's length (None: the collector's ``total_frames``). An update budget
             ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
+
+    # compile=true: the compiled loss call and optimiser step (rlrun.trainer.compiled), set after building
+    compiled: CompiledUpdate | None = None
 
     def __init__(self, collector: Source, loss: LossModule, optimizer: OptimizerStep, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
@@ -140,9 +146,9 @@ class Trainer:
                     self.call_hooks("pre_epoch", batch)
                     for _ in range(self._steps_this_epoch()):
                         sub = self._chain("process_optim_batch", batch)
-                        losses = self.loss(sub)
+                        losses = self.loss(sub) if self.compiled is None else self.compiled.loss(sub)
                         self.call_hooks("post_loss", sub, losses)
-                        self.optimizer.step(losses)
+                        (self.optimizer if self.compiled is None else self.compiled).step(losses)
                         self.call_hooks("post_optim")
                         self.optim_steps += 1
             self.call_hooks("post_steps")
