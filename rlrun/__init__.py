@@ -7,7 +7,7 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["load"]
 
-from rlrun._dynamo_lazy import install as _install_dynamo_lazy
+from rlrun.core.dynamo_lazy import install as _install_dynamo_lazy
 
 _install_dynamo_lazy()  # tensordict's import would otherwise import torch._dynamo (~2.4 s)
 
@@ -15,7 +15,7 @@ _install_dynamo_lazy()  # tensordict's import would otherwise import torch._dyna
 def __getattr__(name: str) -> Any:
     # `import rlrun` stays light: torch and the env stack load on first use of rlrun.load
     if name == "load":
-        from rlrun.use import load
+        from rlrun.cli.load import load
 
         return load
     raise AttributeError(f"module 'rlrun' has no attribute {name!r}")

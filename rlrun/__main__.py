@@ -1,5 +1,5 @@
 import sys
 
-from rlrun.cli import main
+from rlrun.cli.main import main
 
 sys.exit(main())

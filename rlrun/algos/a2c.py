@@ -12,10 +12,10 @@ from __future__ import annotations
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlrun.contracts import Loss
-from rlrun.errors import ConfigError
-from rlrun.policy import Policy
-from rlrun.registry import NonNegativeFloat, register
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import NonNegativeFloat, register
 
 
 @register("loss", "a2c")

@@ -27,11 +27,11 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.algos.sac import frozen
-from rlrun.contracts import Loss
+from rlrun.core.contracts import Loss
+from rlrun.core.policy import Policy
+from rlrun.core.registry import NonNegativeFloat, PositiveFloat, PositiveInt, Rate, register
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.policy import Policy
-from rlrun.registry import NonNegativeFloat, PositiveFloat, PositiveInt, Rate, register
 
 
 @register("loss", "cql")

@@ -12,11 +12,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import Loss
-from rlrun.errors import ConfigError
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import Rate, register
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.policy import Policy
-from rlrun.registry import Rate, register
 
 
 @register("loss", "dqn")

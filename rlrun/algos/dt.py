@@ -11,7 +11,7 @@
   log-likelihood with entropy regularisation and a learned temperature.
 
 Observations are normalised with the dataset's statistics (the policy's normaliser,
-set by ``rlrun.sources.normalize_from_dataset`` and saved with the policy).
+set by ``rlrun.collectors.dataset.normalize_from_dataset`` and saved with the policy).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import Loss
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import PositiveFloat, PositiveInt, Range, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.networks import Hidden, ObservationNormalizer
 from rlrun.modules.transformer import Activation, DecisionTransformer, DTLoss, ODTLoss, RollingContext
-from rlrun.policy import Policy
-from rlrun.registry import PositiveFloat, PositiveInt, Range, register
 
 SLICE_KEYS = ("return_to_go", "observation", "action", "timestep", "mask")
 

@@ -15,12 +15,12 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlrun.contracts import Loss
-from rlrun.errors import ConfigError
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import Fraction, NonNegativeFloat, PositiveFloat, register
 from rlrun.objectives.gae import warm_up
 from rlrun.objectives.vtrace import vtrace
-from rlrun.policy import Policy
-from rlrun.registry import Fraction, NonNegativeFloat, PositiveFloat, register
 from rlrun.trainer.hooks import IO, Hook
 
 

@@ -23,12 +23,12 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import Loss
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import PositiveFloat, Range, Rate, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.networks import Activation, Hidden, ValueCritic, mlp, polyak_update, target_copy
-from rlrun.policy import Policy
-from rlrun.registry import PositiveFloat, Range, Rate, register
 
 
 def expectile_loss(diff: Tensor, expectile: float) -> Tensor:

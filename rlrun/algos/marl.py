@@ -20,12 +20,12 @@ from torch import Tensor, nn
 
 from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.sac import frozen
-from rlrun.contracts import Loss
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import Fraction, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.registry import Fraction, register
 
 
 def _group_policy(policy: Any, loss: str) -> GroupPolicy:

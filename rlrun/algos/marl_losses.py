@@ -18,9 +18,9 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import KeyMap
+from rlrun.core.contracts import KeyMap
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import GROUP
-from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupMLP, QMixer, VDNMixer
 from rlrun.modules.networks import polyak_update, target_copy
 

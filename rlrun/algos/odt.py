@@ -8,8 +8,8 @@ dataset's highest-return episodes, whose returns-to-go are relabelled with the
 returns actually achieved (hindsight); the round's updates then sample that buffer.
 
 The source is a component like any collector (``collector/online_dt``, a
-``rlrun.contracts.Source``), built by ``rlrun.build`` from the ``online`` section, whose
-defaults have one home (``rlrun.config_schema.OnlineSection``). The schedule (rounds
+``rlrun.core.contracts.Source``), built by ``rlrun.lifecycle.build`` from the ``online`` section, whose
+defaults have one home (``rlrun.core.config_schema.OnlineSection``). The schedule (rounds
 done, offline rounds) lives in one ``RoundSchedule`` that the source advances and the
 buffer reads.
 
@@ -29,11 +29,11 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from rlrun.algos.dt import DatasetSlices, DTPolicy, unit_actions
-from rlrun.config_schema import OnlineSection
+from rlrun.core.config_schema import OnlineSection
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import NonNegativeInt, PositiveInt, Range, build, register
 from rlrun.datasets.slices import TrajectoryBuffer
-from rlrun.errors import ConfigError
 from rlrun.modules.transformer import RollingContext
-from rlrun.registry import NonNegativeInt, PositiveInt, Range, build, register
 
 
 class RoundSchedule:

@@ -17,10 +17,10 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import Loss
-from rlrun.errors import ConfigError
-from rlrun.policy import Policy
-from rlrun.registry import NonNegativeFloat, PositiveFloat, register
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import NonNegativeFloat, PositiveFloat, register
 
 
 @register("loss", "ppo")

@@ -17,9 +17,9 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlrun.contracts import Loss
-from rlrun.policy import Policy
-from rlrun.registry import NonNegativeFloat, PositiveFloat, register
+from rlrun.core.contracts import Loss
+from rlrun.core.policy import Policy
+from rlrun.core.registry import NonNegativeFloat, PositiveFloat, register
 from rlrun.trainer.hooks import Hook
 
 

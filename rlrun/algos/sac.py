@@ -17,11 +17,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.contracts import Loss
+from rlrun.core.contracts import Loss
+from rlrun.core.policy import Policy
+from rlrun.core.registry import PositiveFloat, Rate, register
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.policy import Policy
-from rlrun.registry import PositiveFloat, Rate, register
 
 
 @contextmanager

@@ -16,11 +16,11 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.algos.sac import frozen
-from rlrun.contracts import Loss
-from rlrun.errors import ConfigError
+from rlrun.core.contracts import Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import NonNegativeFloat, PositiveInt, Rate, register
 from rlrun.modules.networks import polyak_update, target_copy
-from rlrun.policy import Policy
-from rlrun.registry import NonNegativeFloat, PositiveInt, Rate, register
 
 
 @register("loss", "td3")

@@ -25,7 +25,7 @@ import torch
 
 from rlrun.benchmarks import BENCHMARKS
 from rlrun.benchmarks.common import header
-from rlrun.cli import use_huge_pages_for_large_tensors
+from rlrun.cli.main import use_huge_pages_for_large_tensors
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

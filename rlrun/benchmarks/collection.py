@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from rlrun.benchmarks.common import interleave, median, ratio, table
-from rlrun.collectors import SyncCollector
+from rlrun.collectors.sync import SyncCollector
 from rlrun.envs.gym import GymVecEnv
 from rlrun.modules.models import actor_critic
 from rlrun.modules.networks import Actor
@@ -198,7 +198,7 @@ def bench_backends(env_id: str, num_envs: int, policy: str, batches: int, reps: 
         policy: ``actor`` (the preset's model, the same actor on both sides) or ``random``
             (uniform random actions: ``init_random_frames`` covers every frame).
     """
-    from rlrun.registry import build
+    from rlrun.core.registry import build
 
     node = {**BACKEND_ENVS[env_id], "num_envs": num_envs}
     envs = {b: build("env", {**node, "backend": b}, key="env") for b in ("gymnasium", "envpool")}

@@ -4,8 +4,8 @@
     python -m rlrun.benchmarks device --device cpu --quick   # CI: the script itself cannot rot
 
 Each family (PPO, PPO-KL, SAC, TD3, DQN, IMPALA with ``collector=sync``, IQL, CQL, DT, oDT, MAPPO, QMIX,
-MADDPG) runs in this process through ``rlrun.cli.main`` twice, once with ``device=<device>`` and once
-with ``device=cpu``, same seed. Training code is not changed: ``rlrun.run.build_run`` is wrapped
+MADDPG) runs in this process through ``rlrun.cli.main.main`` twice, once with ``device=<device>`` and once
+with ``device=cpu``, same seed. Training code is not changed: ``rlrun.lifecycle.run.build_run`` is wrapped
 for the duration of a run so that the built run gets one more hook, ``DeviceProbe``, which checks
 
 * every optimisation batch the loss sees (``post_loss``'s sub-batch) and every tensor the loss
@@ -230,8 +230,8 @@ class Outcome:
 def run_family(name: str, device: str, quick: bool, work: Path, compile: bool = False) -> Outcome:
     """Trains ``name`` on ``device`` in this process with a ``DeviceProbe``; returns what it saw
     (``compile``: with ``compile=true``; a fallback to eager is a violation)."""
-    import rlrun.run as run_module
-    from rlrun.cli import main
+    import rlrun.lifecycle.run as run_module
+    from rlrun.cli.main import main
 
     overrides = FAMILIES[name][1 if quick else 0] + (["compile=true"] if compile else [])
     run_dir = work / f"{name}-{device.replace(':', '_')}{'-compiled' if compile else ''}"
@@ -384,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown families {','.join(unknown)}; choose from {','.join(FAMILIES)}")
     try:
-        from rlrun.build import resolve_device
-        from rlrun.errors import RlrunError
+        from rlrun.core.errors import RlrunError
+        from rlrun.lifecycle.build import resolve_device
 
         resolve_device(args.device)
     except RlrunError as err:

@@ -56,7 +56,7 @@ def run_rlrun(task: str, seed: int) -> dict:
     """rlrun's CLI in a subprocess, stopped by ``eval.target_return``; reads its ``summary.json``."""
     spec = TASKS[task]
     with tempfile.TemporaryDirectory(prefix="rlrun-e2e-") as tmp:
-        args = [sys.executable, "-m", "rlrun.cli", *spec["rlrun"], f"seed={seed}", "logger=none",
+        args = [sys.executable, "-m", "rlrun.cli.main", *spec["rlrun"], f"seed={seed}", "logger=none",
                 "progress=false", f"total_frames={spec['max_frames']}", "checkpoint.interval_frames=0",
                 f"eval.interval_frames={spec['interval']}", f"eval.episodes={EVAL_EPISODES}",
                 f"eval.target_return={spec['threshold']}", "threads=1", "resume=false",

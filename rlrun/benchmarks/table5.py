@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from rlrun.benchmarks.common import interleave, median, ratio, table
-from rlrun.collectors import SyncCollector
-from rlrun.collectors_multi import MultiCollector
+from rlrun.collectors.multiprocess import MultiCollector
+from rlrun.collectors.sync import SyncCollector
 from rlrun.envs.gym import GymVecEnv
 
 CASES = ("gym_sync", "gym_async", "sync", "multi_sync", "multi_async")

@@ -71,7 +71,7 @@ def _rlrun(num_envs: int):
 
 
 def _collector(num_envs: int):
-    from rlrun.collectors_marl import VmasCollector
+    from rlrun.collectors.vmas import VmasCollector
     from rlrun.envs.vmas import VmasEnv
 
     env = VmasEnv(SCENARIO, num_envs=num_envs, max_steps=STEPS, seed=0, n_agents=N_AGENTS)

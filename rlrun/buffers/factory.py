@@ -8,8 +8,8 @@ from typing import Literal
 import torch
 
 from rlrun.buffers.replay import SAMPLERS, ReplayBuffer
-from rlrun.errors import ConfigError
-from rlrun.registry import Fraction, NonNegativeFloat, PositiveInt, register
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import Fraction, NonNegativeFloat, PositiveInt, register
 
 
 @register("buffer", "replay")
@@ -22,7 +22,7 @@ def make_replay_buffer(capacity: PositiveInt | None, batch_size: PositiveInt,
     """Replay buffer in RAM or on disk (memmap): uniform, without-replacement or prioritized.
 
     ``capacity: null`` is for on-policy minibatches. The capacity is checked in one place: its
-    range by the annotation (the registry), the rest by ``rlrun.build`` (on-policy: one collected
+    range by the annotation (the registry), the rest by ``rlrun.lifecycle.build`` (on-policy: one collected
     batch, set there; off-policy: required, at least one batch).
     """
     if sampler not in SAMPLERS:

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 
-from rlrun.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
 
 USAGE = ("usage: rlrun dataset make env=<env> kind=<medium-replay|medium|expert> [key=value ...]\n"
          "       rlrun dataset list [root=<dir>]")

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 
 MAIN_FILE = "main_data.hdf5"
 METADATA_FILE = "metadata.json"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 
 # env -> (random return, expert return), from D4RL's d4rl/infos.py
 D4RL_REFERENCE: dict[str, tuple[float, float]] = {

@@ -35,9 +35,9 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import Footprint, Fraction, NonNegativeInt, PositiveInt, register
 from rlrun.envs.gym import GymVecEnv
-from rlrun.errors import ConfigError
-from rlrun.registry import Footprint, Fraction, NonNegativeInt, PositiveInt, register
 
 FIRE = 1  # ALE's action index of FIRE in every minimal action set that has it
 
@@ -186,7 +186,7 @@ def make_atari_env(
             ``FireOnLifeStart``); for games that wait for it, e.g. Breakout.
         reward_clip: ``"sign"``: learning rewards clipped to {-1, 0, 1} (DeepMind's
             set-up, in every Atari preset); returns are logged unclipped.
-        render_mode: gymnasium's render mode (``rgb_array`` for videos: ``rlrun.video``).
+        render_mode: gymnasium's render mode (``rgb_array`` for videos: ``rlrun.trainer.video``).
         backend: ``envpool``: EnvPool's Atari envs and preprocessing (``rlrun.envs.envpool``);
             a render mode (videos) keeps gymnasium, whose sub-envs the recorder wraps.
     """

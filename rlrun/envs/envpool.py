@@ -53,9 +53,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.gym import BACKENDS, GymVecEnv, _spec, set_learning_signal
-from rlrun.errors import ConfigError
 
 FIRE = 1  # ALE's index of FIRE in every minimal action set that has it (as rlrun.envs.atari)
 _INSTALL_FIX = ("pip install 'rlrun[envpool]' (EnvPool 1.2 wheels: Python >= 3.11, Linux), "

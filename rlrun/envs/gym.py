@@ -36,9 +36,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
+from rlrun.core.errors import ConfigError, did_you_mean
+from rlrun.core.registry import Footprint, PositiveFloat, PositiveInt, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import Footprint, PositiveFloat, PositiveInt, register
 
 
 def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[Callable]:

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlrun.core.errors import ConfigError, did_you_mean
+from rlrun.core.registry import Footprint, PositiveInt, register
 from rlrun.core.specs import GROUP, EnvSpec
-from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import Footprint, PositiveInt, register
 
 # The paper's Q-learning runs (Table 10) used "VMAS's default discretization: 5 actions
 # (up, down, left, right, stay)": VMAS before 1.4 mapped a Discrete(5) action to
@@ -272,4 +272,5 @@ def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3
                    **(scenario_kwargs or {}))
 
 
-make_vmas_env.agent_layouts = ("group",)  # the env is an agent group (rlrun.agent_groups checks the rest)
+# the env is an agent group (rlrun.core.agent_groups checks the rest)
+make_vmas_env.agent_layouts = ("group",)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlrun.errors import RlrunError
+from rlrun.core.errors import RlrunError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +59,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _best(args: argparse.Namespace) -> int:
     from rlrun.launch.best import rerun_best
-    from rlrun.signals import exit_code
+    from rlrun.lifecycle.signals import exit_code
 
     summary = rerun_best(args.study_dir, args.overrides, args.seed, args.run_dir, args.dry_run,
                          args.trust_code)

@@ -7,7 +7,7 @@ pruning hook, applies ``key=value`` overrides (a longer ``total_frames``,
 another ``seed``) and trains it in ``<sweep dir>/best/seed_<seed>``: rerunning
 the same command continues that run, as ``rlrun`` does.
 
-Both files are read as data (``rlrun.use.check_loaded``): a sweep directory can come from
+Both files are read as data (``rlrun.cli.load.check_loaded``): a sweep directory can come from
 elsewhere, so a ``_target_``, an interpolation or an env import in them is refused unless the
 user passes ``trust_code``.
 """
@@ -21,15 +21,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import __version__
-from rlrun.errors import ConfigError
-from rlrun.rundir import git_commit
+from rlrun.core.errors import ConfigError
+from rlrun.lifecycle.rundir import git_commit
 
 _MISSING = object()
 
 
 def _load_yaml(path: Path, key: str, trust_code: bool) -> DictConfig:
     """A YAML mapping read as data: unreadable or code-running content is one ConfigError."""
-    from rlrun.use import check_loaded
+    from rlrun.cli.load import check_loaded
 
     try:
         cfg = OmegaConf.load(path)
@@ -108,7 +108,7 @@ def rerun_best(study_dir: Path, overrides: list[str], seed: int | None = None,
     if dry_run:
         print(OmegaConf.to_yaml(cfg))
         return None
-    from rlrun.run import train
+    from rlrun.lifecycle.run import train
 
     tags = {**{k: str(v) for k, v in (best.get("choices") or {}).items()}, "rlrun_version": __version__,
             "hpo_study": str(best["study_name"]), "hpo_trial": str(best["trial"]),
@@ -118,7 +118,7 @@ def rerun_best(study_dir: Path, overrides: list[str], seed: int | None = None,
         tags["git_commit"] = commit
     if trust_code:
         return train(cfg, run_dir, tags)
-    from rlrun.registry import untrusted
+    from rlrun.core.registry import untrusted
 
     with untrusted(best["config"]):  # second line of defence: the registry refuses _target_ too
         return train(cfg, run_dir, tags)

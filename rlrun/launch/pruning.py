@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlrun.registry import NonNegativeInt, register
+from rlrun.core.registry import NonNegativeInt, register
 
 
 @register("hook", "optuna_pruning")

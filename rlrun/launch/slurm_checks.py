@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 
 KEY = "hydra.launcher"
 

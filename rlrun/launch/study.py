@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 
 STUDY_ATTR = "rlrun"
 PRUNERS = {"median": "MedianPruner", "percentile": "PercentilePruner", "hyperband": "HyperbandPruner",

@@ -4,7 +4,7 @@ They extend hydra-submitit-launcher's launcher (whose ``checkpoint`` resubmits
 the same call when a job is preempted or times out) with what rlrun needs:
 
 - the job registers rlrun's OmegaConf resolvers (it is a fresh process that
-  unpickles the launcher, so ``rlrun.cli.main`` never ran there);
+  unpickles the launcher, so ``rlrun.cli.main.main`` never ran there);
 - under SLURM, SIGTERM requeues like the warning signal, a cancel does not
   (``rlrun.launch.signals``);
 - each job keeps ``<run dir>/job.json`` up to date (``rlrun.launch.status``);
@@ -38,7 +38,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import OmegaConf, open_dict
 
 from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
-from rlrun.signals import is_interrupt_code
+from rlrun.lifecycle.signals import is_interrupt_code
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class SubmititLauncher(BaseSubmititLauncher):
                  singleton_state: dict, status_file: str | None = None) -> JobReturn:
         import submitit
 
-        from rlrun.cli import register_resolvers
+        from rlrun.cli.compose import register_resolvers
 
         register_resolvers()
         self._requeueing = False  # this instance may come from a requeue's pickle
@@ -256,7 +256,7 @@ def _exit_with(err: Exception) -> None:
     """Ends the sweep with one message and exit code 2 (a SystemExit passes Hydra's error report)."""
     import sys
 
-    from rlrun.errors import RlrunError
+    from rlrun.core.errors import RlrunError
 
     print(f"rlrun: error: {err.render() if isinstance(err, RlrunError) else err}", file=sys.stderr)
     raise SystemExit(getattr(err, "exit_code", 2))
@@ -271,7 +271,7 @@ class SlurmLauncherBase(SubmititLauncher):
     POLL_S = 5.0
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlrun.errors import RlrunError
+        from rlrun.core.errors import RlrunError
         from rlrun.launch.slurm_checks import preflight
 
         try:  # a request no node can meet would wait forever: refuse it before submitting

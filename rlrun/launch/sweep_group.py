@@ -6,7 +6,7 @@ once, in the driver, before any job (registered under ``hydra.callbacks`` in
 the sweep directory, tagged ``rlrun.sweep_parent``) and records it in
 ``<sweep dir>/sweep.json``; rerunning the same sweep directory (an Optuna study continued, a
 sweep rerun to finish its jobs) reuses it. Each job finds the parent through its own sweep
-directory (``job_tags``, called by ``rlrun.cli.run_tags``), whatever process or node it runs
+directory (``job_tags``, called by ``rlrun.cli.main.run_tags``), whatever process or node it runs
 on, and its MLflow run gets ``mlflow.parentRunId``: MLflow's UI shows the sweep as one
 expandable row. Nothing enters the config, so config hashes do not change.
 
@@ -54,14 +54,14 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
 
 def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
     """An ``MlflowClient`` on the target's store and its experiment's id (both created if missing,
-    the artifacts where ``rlrun.tracking`` puts them)."""
+    the artifacts where ``rlrun.lifecycle.tracking`` puts them)."""
     from mlflow.tracking import MlflowClient
 
     from rlrun.record.store import open_client, sqlite_path
 
     uri = target["tracking_uri"]
     if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
-        from rlrun.tracking import probe_server
+        from rlrun.lifecycle.tracking import probe_server
 
         probe_server(uri)
     db = sqlite_path(uri)

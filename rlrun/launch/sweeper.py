@@ -29,7 +29,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.launch.study import (
     STUDY_ATTR,
     aggregate,

@@ -1,5 +1,5 @@
-"""Loggers for trackers outside rlrun's core (``rlrun.tracking`` holds MLflow, CSV, TensorBoard).
+"""Loggers for trackers outside rlrun's core (``rlrun.lifecycle.tracking`` holds MLflow, CSV, TensorBoard).
 
-Each module registers its logger when imported (``rlrun.registry.BUILTIN_MODULES``) and imports
+Each module registers its logger when imported (``rlrun.core.registry.BUILTIN_MODULES``) and imports
 its tracker's package only when that logger is built, so start-up stays fast.
 """

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import register
+from rlrun.lifecycle.rundir import read_tracking, write_tracking
+from rlrun.lifecycle.tracking import Logger, say
 from rlrun.record.journal import JournaledLogger
-from rlrun.registry import register
-from rlrun.rundir import read_tracking, write_tracking
-from rlrun.tracking import Logger, say
 
 TRACKING_KEY = "wandb_run_id"
 """Key of ``tracking.json`` holding the W&B run id (``run_id`` there is the primary tracker's)."""
@@ -198,7 +198,7 @@ class WandbLogger(Logger):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
         self.run.save(str(dest), base_path=self.run.dir, policy="now")
-        if path.suffix == ".mp4":  # rlrun.video names them eval-frame<step>.mp4
+        if path.suffix == ".mp4":  # rlrun.trainer.video names them eval-frame<step>.mp4
             found = re.search(r"frame(\d+)", path.stem)
             self._videos.append((int(found.group(1)) if found else None, dest))
 

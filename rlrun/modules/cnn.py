@@ -20,12 +20,12 @@ import weakref
 import torch
 from torch import Tensor, nn
 
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import PositiveInt, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.models import GreedyActor, QNetwork
 from rlrun.modules.networks import Actor, ValueCritic
-from rlrun.policy import Policy
-from rlrun.registry import PositiveInt, register
 
 
 def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlrun.contracts import key_name
+from rlrun.core.contracts import key_name
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import register
 from rlrun.core.specs import GROUP, EnvSpec, entry_key
-from rlrun.errors import ConfigError
 from rlrun.modules.multiagent import GroupActor, GroupMLP
 from rlrun.modules.networks import Activation, Hidden
-from rlrun.policy import Policy
-from rlrun.registry import register
 
 
 class GroupPolicy(Policy):
@@ -30,7 +30,7 @@ class GroupPolicy(Policy):
 
     What it writes into a collected step lives under the group key, so its
     behaviour keys are ``agents.action`` and ``agents.sample_log_prob``; losses
-    read its keys through ``group`` (``rlrun.contracts.Loss.keys``).
+    read its keys through ``group`` (``rlrun.core.contracts.Loss.keys``).
     """
 
     group = GROUP
@@ -145,6 +145,6 @@ def group_qnet(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activatio
     return GroupPolicy(GreedyGroupActor(q), q)
 
 
-# what rlrun.agent_groups checks against the env before anything is built
+# what rlrun.core.agent_groups checks against the env before anything is built
 for _factory in (group_actor_critic, group_actor_q, group_qnet):
     _factory.agent_layouts = ("group",)

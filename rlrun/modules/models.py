@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
+from rlrun.core.registry import PositiveInt, register
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.networks import (
     Activation,
     Actor,
@@ -15,8 +17,6 @@ from rlrun.modules.networks import (
     ValueCritic,
     mlp,
 )
-from rlrun.policy import Policy
-from rlrun.registry import PositiveInt, register
 
 
 def _obs_dim(spec: EnvSpec) -> int:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from rlrun.registry import Range
+from rlrun.core.registry import Range
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}

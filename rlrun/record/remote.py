@@ -2,7 +2,7 @@
 
 Importing MLflow and opening its store take 2-3 s of CPU (MLflow's modules, SQLAlchemy's
 mappers, alembic's schema check): on the run's critical path they came after the env and the
-networks were built. ``prestart`` starts ``python -m rlrun.record.remote`` as the run begins;
+networks were built. ``prestart`` starts ``python -m rlrun.record.remote_worker`` as the run begins;
 that process imports MLflow and opens the store (``MLflowLogger.open_store``) on another core
 while this one imports torch and builds the run. ``make_mlflow`` then takes it
 (``take_prestarted``): creating the run is one request, and every later call of the logger is
@@ -20,26 +20,26 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 
 _prestarted: dict[tuple, Any] = {}
 
 
 class RemoteMLflow:
-    """``MLflowLogger``'s interface, served by a worker process (``python -m rlrun.record.remote``)."""
+    """``MLflowLogger``'s interface, served by a worker process (``python -m rlrun.record.remote_worker``)."""
 
     run_id: str | None = None
 
     def __init__(self, tracking_uri: str | None, root: str, experiment: str):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-        self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                      env=env)
         self._opened = self.taken = False
         self._send("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
         self._tracking = (tracking_uri, root, experiment)
@@ -142,60 +142,3 @@ def discard_prestarted() -> None:
 
 def _key(tracking_uri: str | None, root: str | None, experiment: str) -> tuple:
     return (tracking_uri, str(Path(root)) if root else os.getcwd(), experiment)
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):
-        pass
-
-
-def serve() -> None:
-    """The worker: one ``MLflowLogger``, a request per line of stdin, a reply per line."""
-    _die_with_parent()
-    parent = os.getppid()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # MLflow's own prints go to stderr, never into the replies
-    sys.stdout = sys.stderr
-    if os.getppid() != parent:
-        return
-    from rlrun.tracking import MLflowLogger, store_errors
-
-    logger = MLflowLogger.__new__(MLflowLogger)
-    where: dict[str, Any] = {}
-    for line in sys.stdin:
-        request = json.loads(line)
-        op, kwargs = request["op"], request["kwargs"]
-        try:
-            if op == "open_store":
-                where = kwargs
-                with store_errors(kwargs["tracking_uri"], None):
-                    logger.open_store(kwargs["tracking_uri"], Path(kwargs["root"]), kwargs["experiment"])
-                result = None
-            elif op == "start_run":
-                with store_errors(where.get("tracking_uri"), kwargs["run_id"]):
-                    logger.start_run(**kwargs)
-                result = logger.run_id
-            elif op == "log_metric_rows":
-                result = logger.log_metric_rows([(int(s), int(t), m) for s, t, m in kwargs["rows"]])
-            else:
-                result = getattr(logger, op)(**kwargs)
-            reply = {"result": result}
-        except ConfigError as err:
-            reply = {"config_error": err.message, "key": err.key, "fix": err.fix}
-        except Exception as err:
-            from rlrun.record.store import error_line
-
-            reply = {"error": error_line(err)}
-        out.write(json.dumps(reply) + "\n")
-        if op == "finish":  # done: the run's forked children may hold our stdin open past its end
-            return
-
-
-if __name__ == "__main__":
-    serve()

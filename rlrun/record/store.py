@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.record import pause_point
 
 LOCK_WAIT_S = 300.0  # a store's creation takes seconds; a holder this slow is stuck

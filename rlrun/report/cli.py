@@ -95,7 +95,7 @@ def check_group_keys(runs, keys: list[str]) -> None:
         if (key in known or (key.startswith("tags.") and key[5:] in tags)
                 or (key.startswith("params.") and key[7:] in params)):
             continue
-        from rlrun.errors import did_you_mean
+        from rlrun.core.errors import did_you_mean
 
         valid = sorted(known, key=lambda k: (k.count("."), k))
         shown = ", ".join(valid[:25]) + (f" (+{len(valid) - 25} more)" if len(valid) > 25 else "")
@@ -106,7 +106,7 @@ def check_group_keys(runs, keys: list[str]) -> None:
 
 def launch_hint(table: str) -> str:
     """How to launch a paper table's runs, as commands that work; empty without shipped configs."""
-    from rlrun.cli import config_groups
+    from rlrun.cli.compose import config_groups
 
     cells = [o.split("/", 1)[1] for o in config_groups().get("paper", []) if o.startswith(f"{table}/")]
     if not cells:

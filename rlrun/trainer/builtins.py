@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
-from rlrun.tracking import Progress
+from rlrun.lifecycle.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import (
     DatasetSamples,
@@ -94,7 +94,7 @@ def reporting_hooks(cfg: DictConfig, optimizer: Any, eval_env: Any, device: str,
     hooks["evaluation"] = (Evaluation(evaluator, interval, cfg.eval.get("target_return")),
                            f"built in: eval.* (every eval.interval_{unit})")
     if cfg.eval.get("video"):
-        from rlrun.video import EvalVideo  # imported only when asked for
+        from rlrun.trainer.video import EvalVideo  # imported only when asked for
 
         folder = Path(run_dir if run_dir is not None else ".") / "videos"
         hooks["eval_video"] = (EvalVideo(cfg.env, seed, folder, cfg.eval.get("video_every", 1), device),

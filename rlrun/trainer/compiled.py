@@ -18,7 +18,7 @@ ran 1.76x faster compiled, repaying its cold compile (~4 min there; ~15-30 s wit
 on-disk cache warm) after ~5,000 updates; SAC's 256x256 update ran 0.8x, never repaying it.
 Hence ``compile: false`` by default. Compiled runs draw their random numbers from inductor's
 generator, so they are reproducible per seed but differ from eager runs' streams.
-``torch._dynamo`` is imported only when this module compiles something (``rlrun._dynamo_lazy``).
+``torch._dynamo`` is imported only when this module compiles something (``rlrun.core.dynamo_lazy``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class CompiledUpdate:
     def __init__(self, loss: nn.Module, optimizer: Any, mode: str | None = None,
                  compiler: Callable | None = None, warn: Callable[[str], None] | None = None):
         if compiler is None:
-            import torch._dynamo  # here only: compile=false runs never pay for it (rlrun._dynamo_lazy)
+            import torch._dynamo  # here only: compile=false runs never pay for it (rlrun.core.dynamo_lazy)
 
             # Each group's optimiser is its own instance of one ``step`` code object, compiled
             # twice (its first steps create its state): past the limit dynamo would run it eager.

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import Fraction, PositiveInt, register
 from rlrun.objectives.gae import gae
-from rlrun.registry import Fraction, PositiveInt, register
 
 if TYPE_CHECKING:  # the loop imports the hooks: typing only
     from rlrun.trainer.loop import Trainer

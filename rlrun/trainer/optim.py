@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 from torch.optim import optimizer as torch_optimizer
 
-from rlrun._dynamo_lazy import optimizers_without_dynamo
-from rlrun.errors import ConfigError, did_you_mean
-from rlrun.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
+from rlrun.core.dynamo_lazy import optimizers_without_dynamo
+from rlrun.core.errors import ConfigError, did_you_mean
+from rlrun.core.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 from rlrun.trainer.lamb import Lamb
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "lamb": Lamb,

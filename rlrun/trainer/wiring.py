@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.trainer.hooks import HOOK_POINTS, Hook
 
 

@@ -11,9 +11,9 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.cql import CQLLoss
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.networks import TwinQCritic
-from rlrun.policy import Policy
 
 OBS = [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]]
 ACT = [[0.5, -0.5], [-0.9, 0.1], [0.0, 0.3]]

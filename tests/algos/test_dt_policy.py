@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from rlrun.algos.dt import DatasetSlices, DTActionLoss, DTPolicy, ODTActionLoss, decision_transformer
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.transformer import RollingContext
 
 SPEC = EnvSpec((3,), np.float32, False, 2)

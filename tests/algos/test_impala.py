@@ -11,8 +11,8 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.impala import IMPALALoss, VTrace
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.models import actor_critic
 
 N, T, OBS, ACTIONS = 3, 7, 4, 3

@@ -11,10 +11,10 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.iql import IQLLoss, dataset_log_prob, expectile_loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.networks import Actor, TwinQCritic, ValueCritic
-from rlrun.policy import Policy
 
 OBS = [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0], [0.5, 0.5]]
 ACT = [[0.5], [-0.9], [0.0], [0.2]]

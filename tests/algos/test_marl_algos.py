@@ -13,8 +13,8 @@ from torch import nn
 
 from rlrun.algos.marl import GroupQLoss, MADDPGLoss
 from rlrun.algos.ppo import PPOLoss
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import GROUP, EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy, group_actor_critic, group_actor_q, group_qnet
 from rlrun.trainer.hooks import GAE
 
@@ -357,7 +357,7 @@ vmas = pytest.importorskip("vmas")
 
 
 def test_vmas_collector_batches_follow_the_group_layout_and_count_team_returns():
-    from rlrun.collectors_marl import GROUP_COLLECTED_KEYS, VmasCollector
+    from rlrun.collectors.vmas import GROUP_COLLECTED_KEYS, VmasCollector
     from rlrun.envs.vmas import VmasEnv
 
     env = VmasEnv("navigation", num_envs=2, max_steps=5, seed=0)
@@ -391,7 +391,7 @@ def test_vmas_collector_batches_follow_the_group_layout_and_count_team_returns()
 
 
 def test_agent_layout_misfits_name_fixes_computed_from_the_presets_and_registry():
-    from rlrun.agent_groups import check_agent_groups
+    from rlrun.core.agent_groups import check_agent_groups
 
     with pytest.raises(ConfigError) as single_on_group:
         check_agent_groups({"env": {"name": "vmas"}, "model": {"name": "actor_critic"},

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.ppo import PPOLoss
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.multiagent import GroupActor, GroupMLP, QMixer, VDNMixer
 

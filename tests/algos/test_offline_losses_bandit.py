@@ -17,10 +17,10 @@ import torch
 
 from rlrun.algos.cql import CQLLoss
 from rlrun.algos.iql import IQLLoss
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
 from rlrun.datasets.transitions import TransitionSampler
 from rlrun.modules.networks import Actor, TwinQCritic, mlp
-from rlrun.policy import Policy
 from rlrun.trainer.optim import OptimizerStep
 
 SPEC = EnvSpec((2,), np.float32, False, 1)

@@ -8,10 +8,10 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.ppo import PPOLoss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.models import actor_critic
-from rlrun.policy import Policy
 
 DISCRETE = EnvSpec((4,), np.dtype(np.float32), True, 3)
 CONTINUOUS = EnvSpec((4,), np.dtype(np.float32), False, 2)

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.ppo_kl import AdaptKLCoef, PPOKLLoss
-from rlrun.policy import Policy
+from rlrun.core.policy import Policy
 
 
 class TwoActionActor(nn.Module):

@@ -11,9 +11,9 @@ from tensordict import TensorDict
 from torch import nn
 
 from rlrun.algos.sac import SACLoss
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_twin_q
-from rlrun.policy import Policy
 
 SPEC = EnvSpec((3,), np.dtype(np.float32), False, 2)
 SPEC1 = EnvSpec((3,), np.dtype(np.float32), False, 1)

@@ -17,10 +17,10 @@ from torch import nn
 
 from rlrun.algos.sac import SACLoss
 from rlrun.algos.td3 import TD3Loss
+from rlrun.core.policy import Policy
 from rlrun.envs.gym import EnvSpec
 from rlrun.modules.models import actor_twin_q
 from rlrun.modules.networks import TwinQCritic
-from rlrun.policy import Policy
 from rlrun.trainer.optim import OptimizerStep
 
 SPEC = EnvSpec((5,), np.dtype(np.float32), False, 2)

@@ -17,12 +17,12 @@ from rlrun.algos.marl import GroupQLoss, MADDPGLoss
 from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
 from rlrun.algos.ppo import PPOLoss
 from rlrun.algos.td3 import DDPGLoss, TD3Loss
+from rlrun.core.errors import ConfigError
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.group_models import GroupPolicy
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 from rlrun.modules.multiagent import GroupActor, GroupMLP
-from rlrun.policy import Policy
 from rlrun.trainer.hooks import make_target_update
 
 SPEC_D = EnvSpec((3,), "float32", True, 2)

@@ -14,7 +14,7 @@ from torch import nn
 
 from rlrun.algos.ppo_kl import PPOKLLoss
 from rlrun.benchmarks.device import FAMILIES, DeviceProbe, checkpoint_misplaced, misplaced, storage_misplaced
-from rlrun.policy import Policy
+from rlrun.core.policy import Policy
 
 META = torch.device("meta")
 

@@ -9,11 +9,11 @@ import torch
 from dataset_fakes import random_dataset
 from omegaconf import OmegaConf
 
-from rlrun.build import build_run
-from rlrun.cli import CONF_DIR, config_groups
-from rlrun.config_schema import validate_sections
-from rlrun.explain import compose_config
-from rlrun.registry import check_kwargs, lookup
+from rlrun.cli.compose import CONF_DIR, config_groups
+from rlrun.cli.explain import compose_config
+from rlrun.core.config_schema import validate_sections
+from rlrun.core.registry import check_kwargs, lookup
+from rlrun.lifecycle.build import build_run
 from rlrun.trainer.loop import Trainer
 
 GROUPS = config_groups()
@@ -42,7 +42,7 @@ def composed(*overrides: str):
 @pytest.mark.parametrize(("algo", "env"), list(itertools.product(ALGOS, ENVS)))
 def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
     if (algo in MARL_ALGOS) != (env in VMAS_ENVS):
-        pytest.skip(f"{algo} and {env} are not both multi-agent (tests/test_marl_errors.py)")
+        pytest.skip(f"{algo} and {env} are not both multi-agent (tests/algos/test_marl_errors.py)")
     if (algo in CONTINUOUS_ONLY) == (env in DISCRETE_ENVS) and (algo in CONTINUOUS_ONLY | DISCRETE_ONLY):
         pytest.skip(f"{algo} does not fit {env}'s action space")
     overrides = [f"algo={algo}", f"env={env}"]

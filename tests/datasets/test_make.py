@@ -10,7 +10,7 @@ import torch
 from dataset_fakes import verify_checksum
 from offline_data import pendulum_medium_replay  # noqa: F401  (the session fixture)
 
-from rlrun.cli import main
+from rlrun.cli.main import main
 from rlrun.datasets.make import buffer_episodes
 from rlrun.datasets.minari_format import read_metadata
 
@@ -134,7 +134,7 @@ def test_bad_input_fails_before_torch_is_imported(tmp_path):
     import subprocess
     import sys
 
-    check = ("import sys\nfrom rlrun.cli import main\n"
+    check = ("import sys\nfrom rlrun.cli.main import main\n"
              "code = main(['dataset', 'make', 'env=cartpole', 'kind=medium-replay'])\n"
              "print(code, [m for m in ('gymnasium', 'torch', 'h5py') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
@@ -145,9 +145,9 @@ def test_bad_input_fails_before_torch_is_imported(tmp_path):
 def test_an_offline_run_reads_the_actions_the_sac_run_took(pendulum_medium_replay):  # noqa: F811
     """The dataset stores Pendulum's torques in [-2, 2]; the loop's loader gives the policy's [-1, 1]
     back: exactly the actions in the SAC run's replay buffer (one env: buffer order is episode order)."""
-    from rlrun.checkpoint import load
+    from rlrun.collectors.dataset import load_dataset
     from rlrun.core.specs import EnvSpec
-    from rlrun.sources import load_dataset
+    from rlrun.lifecycle.checkpoint import load
 
     made = pendulum_medium_replay
     data = load_dataset(made.dataset_id, str(made.root), EnvSpec((3,), np.dtype(np.float32), False, 1))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from dataset_fakes import verify_checksum
 
+from rlrun.core.errors import ConfigError
 from rlrun.datasets.minari_format import (
     Episode,
     dataset_root,
@@ -16,7 +17,6 @@ from rlrun.datasets.minari_format import (
     read_metadata,
     write_dataset,
 )
-from rlrun.errors import ConfigError
 
 minari = pytest.importorskip("minari")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlrun.core.errors import ConfigError
 from rlrun.datasets.scores import d4rl_normalized_score, d4rl_reference
-from rlrun.errors import ConfigError
 
 
 def test_reference_constants_and_gymnasium_names():

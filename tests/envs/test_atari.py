@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from rlrun.collectors import SyncCollector  # noqa: E402
+from rlrun.collectors.sync import SyncCollector  # noqa: E402
+from rlrun.core.errors import ConfigError  # noqa: E402
+from rlrun.core.registry import build  # noqa: E402
 from rlrun.envs.atari import make_atari_env  # noqa: E402
 from rlrun.envs.gym import GymVecEnv  # noqa: E402
-from rlrun.errors import ConfigError  # noqa: E402
-from rlrun.registry import build  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

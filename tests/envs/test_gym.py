@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from fake_env import COUNTER_BOX_ID, COUNTER_ID
 
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import build
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.gym import GymVecEnv, make_gym_env
-from rlrun.errors import ConfigError
-from rlrun.registry import build
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -11,9 +11,9 @@ vmas = pytest.importorskip("vmas")
 from vmas.simulator.core import Agent, World  # noqa: E402
 from vmas.simulator.scenario import BaseScenario  # noqa: E402
 
+from rlrun.core.errors import ConfigError  # noqa: E402
 from rlrun.core.specs import GROUP, EnvSpec  # noqa: E402
 from rlrun.envs.vmas import VmasEnv  # noqa: E402
-from rlrun.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -12,7 +12,7 @@ import pytest
 from cli_utils import spawn
 from launch_utils import FAST, SLURM_SMALL
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.launch.slurm_checks import (
     Node,
     Partition,

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.launch import signals
 from rlrun.launch.status import find_status, format_table, update_status
 

@@ -11,11 +11,11 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.algos.ppo import PPOLoss
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import build
 from rlrun.core.specs import EnvSpec
-from rlrun.errors import ConfigError
 from rlrun.modules.cnn import NatureCNN, actor_critic_cnn, qnet_cnn
 from rlrun.modules.networks import target_copy
-from rlrun.registry import build
 
 SPEC = EnvSpec((4, 84, 84), np.dtype(np.uint8), True, 6)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlrun.cli import main as rlrun_main
+from rlrun.cli.main import main as rlrun_main
 from rlrun.report.cli import main
 from rlrun.report.plots import aggregate
 

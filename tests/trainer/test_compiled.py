@@ -62,8 +62,8 @@ def datasets(tmp_path_factory):
 
 def first_batch(name: str, tmp_path, datasets, monkeypatch):
     """The run's loss, optimiser config and first optimisation batch (as the loop would form it)."""
-    from rlrun.build import build_run
-    from rlrun.explain import compose_config
+    from rlrun.cli.explain import compose_config
+    from rlrun.lifecycle.build import build_run
     from rlrun.trainer.loop import Trainer
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets))
@@ -98,7 +98,7 @@ def test_compiled_loss_equals_eager(name, tmp_path, datasets, monkeypatch):
     import torch._inductor.config as inductor
     from torch._dynamo.utils import counters
 
-    from rlrun.registry import build
+    from rlrun.core.registry import build
 
     run, cfg, sub = first_batch(name, tmp_path, datasets, monkeypatch)
     try:
@@ -208,7 +208,7 @@ def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
     # a whole run (fresh process): torch.compile patched to fail; the run finishes, one line per part
     here = os.path.dirname(__file__)
     code = (f"import sys, torch; sys.path.insert(0, {here!r}); from test_compiled import failing_compiler; "
-            "torch.compile = failing_compiler; from rlrun.cli import main; sys.exit(main(sys.argv[1:]))")
+            "torch.compile = failing_compiler; from rlrun.cli.main import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "algo=ppo", "env=cartpole", "total_frames=512",
                            "collector.frames_per_batch=256", "compile=true", "logger=none", "progress=false",
                            "eval.interval_frames=0", "eval.episodes=1", f"hydra.run.dir={tmp_path}"],
@@ -225,9 +225,9 @@ def test_compile_is_an_execution_detail_not_the_experiment():
     # change check treat compile=true as another experiment
     import yaml
 
-    from rlrun.cli import CONF_DIR
-    from rlrun.confighash import config_hash
-    from rlrun.run import SAFE_TO_CHANGE
+    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.confighash import config_hash
+    from rlrun.lifecycle.run import SAFE_TO_CHANGE
 
     params = {"algo": "ppo", "gamma": "0.99"}
     assert config_hash({**params, "compile": "True"}) == config_hash(params)

@@ -19,8 +19,8 @@ from torch import nn
 from rlrun.algos.dqn import DQNLoss
 from rlrun.algos.sac import SACLoss
 from rlrun.buffers.factory import make_replay_buffer
+from rlrun.core.policy import Policy
 from rlrun.core.specs import EnvSpec
-from rlrun.policy import Policy
 from rlrun.trainer.hooks import GAE, LRProgress, OffPolicyReplay, OnPolicyMinibatches, TargetUpdate, dispatch
 from rlrun.trainer.loop import Trainer
 from rlrun.trainer.optim import make_optimizer
@@ -144,8 +144,8 @@ def test_gae_hook_on_a_group_with_per_agent_episode_ends():
 
 
 def test_gae_hook_names_an_unknown_key_role():
-    from rlrun.errors import ConfigError
-    from rlrun.registry import build
+    from rlrun.core.errors import ConfigError
+    from rlrun.core.registry import build
 
     with pytest.raises(ConfigError) as info:
         build("hook", {"name": "gae", "keys": {"rewards": "next.r"}}, key="hooks.gae", gamma=0.9)
@@ -551,8 +551,8 @@ def test_the_buffer_hook_follows_the_losss_on_policy_declaration(on_policy, kind
 
 
 def test_an_on_policy_loss_with_a_replay_buffer_is_a_config_error_naming_the_key():
-    from rlrun.build import _buffer_config
-    from rlrun.errors import ConfigError
+    from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.build import _buffer_config
 
     cfg = OmegaConf.create({"buffer": {"name": "replay", "sampler": "uniform", "capacity": 1000,
                                        "batch_size": 32}, "collector": {"frames_per_batch": 64}})

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from rlrun.errors import ConfigError
-from rlrun.registry import build
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import build
 from rlrun.trainer.lamb import Lamb
 from rlrun.trainer.optim import OptimizerStep
 

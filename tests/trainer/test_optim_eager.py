@@ -56,7 +56,7 @@ def test_training_run_imports_no_dynamo(tmp_path):
     (1.7 s of start-up), and compiling afterwards still works."""
     check = textwrap.dedent(f'''
         import sys
-        from rlrun.cli import main
+        from rlrun.cli.main import main
         code = main(["total_frames=1024", "progress=false", "logger=none",
                      "hydra.run.dir={tmp_path / 'run'}"])
         dynamo = "torch._dynamo" in sys.modules

@@ -41,8 +41,8 @@ def test_auto_keeps_the_per_tensor_loops_arithmetic_bit_for_bit(name):
 
 
 def test_an_unknown_impl_is_refused_at_config_check():
-    from rlrun.errors import ConfigError
-    from rlrun.registry import build
+    from rlrun.core.errors import ConfigError
+    from rlrun.core.registry import build
 
     with pytest.raises(ConfigError, match="impl"):
         build("optim", {"name": "adam", "impl": "fast"}, param_groups={"all": _params()})

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-import rlrun.video
+import rlrun.trainer.video
 from rlrun.trainer.builtins import learning_hooks, reporting_hooks
 from rlrun.trainer.evaluation import Evaluation
 from rlrun.trainer.hooks import Every, LRProgress, TrainStats
@@ -54,7 +54,7 @@ class RecordedVideo:
     (None, None, Path("videos")),  # no run dir: videos/ under the working directory; every defaults to 1
 ])
 def test_eval_video_is_added_only_when_asked_with_the_runs_folder(monkeypatch, run_dir, every, folder):
-    monkeypatch.setattr(rlrun.video, "EvalVideo", RecordedVideo)
+    monkeypatch.setattr(rlrun.trainer.video, "EvalVideo", RecordedVideo)
     config = cfg(video=True, **({} if every is None else {"video_every": every}))
     hooks = reporting_hooks(config, SimpleNamespace(lr_schedule="constant"), EVAL_ENV, "cuda:1",
                             run_dir=run_dir)

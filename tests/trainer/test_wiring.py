@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlrun.errors import ConfigError
+from rlrun.core.errors import ConfigError
 from rlrun.trainer.hooks import GAE, Hook, ObservationStats, OffPolicyReplay, OnPolicyMinibatches
 from rlrun.trainer.wiring import plan
 

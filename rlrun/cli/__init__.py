@@ -1,0 +1,1 @@
+"""The `rlrun` command: main entry, explain, eval, export, load."""

@@ -1,0 +1,313 @@
+"""Composing and checking a command line's config before anything is built: the config tree
+(``CONF_DIR``), rlrun's resolvers, ``precheck`` (overrides, keys, values, env ids, the run
+directory) and ``compose_run`` (one compose for a single run). Every ``rlrun`` command and the
+launchers read the config through here."""
+
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import tempfile
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rlrun import __version__
+from rlrun.core.errors import ConfigError, did_you_mean
+
+CONF_DIR = Path(str(files("rlrun.conf")))
+SWEEPS_DIR = Path(str(files("rlrun.sweeps")))  # on Hydra's search path through rlrun's plugin
+_NOT_FOUND = object()
+MAX_KEY_LEN = 200  # the longest real key is under 60 characters
+PROBE_BYTES = 64 * 1024  # room the run directory must have at start: Hydra's and rlrun's config files
+
+
+def _run_name(override_dirname: str) -> str:
+    """Directory name for a run's overrides; long ones are cut and keep a hash (names <= 255 bytes)."""
+    name = override_dirname.replace("/", "_") or "default"
+    if len(name) > 160:
+        name = f"{name[:140]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+    return name
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+def env_name(choice: str, env_id: str | None) -> str:
+    """The env part of a run's name and tag: the preset, unless ``env.id`` was changed from it.
+
+    A run on another id is named after that id (its module part dropped), never after the
+    default preset: ``env.id=mypkg.envs:Corridor-v0`` gives ``Corridor-v0``.
+    """
+    preset = CONF_DIR / "env" / f"{choice}.yaml"
+    if env_id is None or (preset.is_file() and OmegaConf.load(preset).get("id") == env_id):
+        return choice
+    return str(env_id).rpartition(":")[2].replace("/", "_")
+
+
+def _run_name_excluded(task_overrides: list[str]) -> list[str]:
+    """Hydra's ``override_dirname.exclude_keys``: the keys of this command's overrides that
+    ``rlrun.lifecycle.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
+    so the list is made per command from the one list of prefixes)."""
+    from rlrun.lifecycle.confighash import run_name_excluded
+
+    keys = [o.lstrip("~+").partition("=")[0].partition("@")[0] for o in task_overrides]
+    return run_name_excluded(keys)
+
+
+def register_resolvers() -> None:
+    for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name),
+                     ("rlrun_run_name_excluded", _run_name_excluded)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def _group_dirs() -> dict[str, Path]:
+    """Config group name -> its directory: conf/ groups, conf/hydra/<group>, and sweeps/ groups."""
+    dirs: dict[str, Path] = {}
+    for root in (CONF_DIR, SWEEPS_DIR):
+        for d in sorted(root.iterdir()):
+            if not d.is_dir() or d.name.startswith(("_", ".")):
+                continue
+            if root is CONF_DIR and d.name == "hydra":
+                dirs.update({f"hydra/{sub.name}": sub for sub in sorted(d.iterdir()) if sub.is_dir()})
+            else:
+                dirs[d.name] = d
+    return dirs
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Config groups of the shipped tree (conf/ and sweeps/) and their options."""
+    return {name: sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
+            for name, d in _group_dirs().items()}
+
+
+def _first_comment(path: Path) -> str:
+    """The preset's first comment block (its description), on one line."""
+    block: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            block.append(line.lstrip("# ").strip())
+        elif block:
+            break
+    return " ".join(block)
+
+
+def list_components(args: list[str]) -> int:
+    """Prints registered components and config presets, one line each (no torch import)."""
+    from rlrun.core.component_index import summaries
+    from rlrun.core.registry import KINDS
+
+    kind = args[0] if args else None
+    groups, dirs = config_groups(), _group_dirs()
+    if kind and kind not in KINDS and kind not in groups:
+        print(f"rlrun: error: unknown kind {kind!r}.{did_you_mean(kind, [*KINDS, *groups])}\n"
+              f"  fix: use one of {', '.join(sorted({*KINDS, *groups}))}", file=sys.stderr)
+        return 2
+    if kind is None or kind in groups:
+        print("config presets (select with group=option):")
+        for group, options in groups.items():
+            if kind in (None, group):
+                for opt in options:
+                    print(f"  {f'{group}={opt}':<28} {_first_comment(dirs[group] / f'{opt}.yaml')}")
+    if kind is None or kind in KINDS:
+        print("registered components (name: in a config node):")
+        for k, name, summary in summaries(kind if kind in KINDS else None):
+            print(f"  {f'{k}/{name}':<28} {summary}")
+    return 0
+
+
+def precheck(args: list[str], hydra=None):
+    """Reports unknown presets and misspelt keys with a fix, before Hydra composes.
+
+    With ``hydra`` (a single run, ``hydra._internal.hydra.Hydra``), the run's config is composed
+    here, once, and returned (None when that fails without one of these errors: Hydra then
+    reports it): composing takes 0.3-0.6 s, and Hydra's own path composes three times.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:
+        raise ConfigError(f"cannot parse overrides: {err}",
+                          fix="write overrides as key=value, e.g. seed=1") from None
+    for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)
+        key = o.key_or_group
+        if len(key) > MAX_KEY_LEN:
+            raise ConfigError(f"override key of {len(key)} characters", key=f"{key[:40]}...",
+                              fix="config keys are short names: check the override (see `rlrun --cfg job`)")
+    _check_writable(parsed, multirun=any(a in ("-m", "--multirun") for a in args))
+    groups = config_groups()
+    group_overrides, value_overrides, edit_overrides = [], [], []
+    for o in parsed:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.package:
+            continue
+        if key in groups:
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+                continue  # Hydra expands and checks globs itself
+            values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
+                      else [str(o.value())])
+            for v in values:
+                if v not in groups[key]:
+                    raise ConfigError(f"unknown {key} {v!r}.{did_you_mean(v, groups[key])}",
+                                      key=key, fix=f"use one of: {', '.join(groups[key])}")
+            if not o.is_sweep_override():
+                group_overrides.append(o.input_line)
+        elif o.is_add() or o.is_delete():
+            edit_overrides.append(o)
+        elif not o.is_force_add():
+            value_overrides.append(o)
+    if hydra is not None:
+        pass  # compose_run: this module
+
+        composed = compose_run(hydra, overrides)
+        if composed is not None:  # every override applied: the keys exist; only ${refs} are left
+            pass  # check_env_id: this module
+
+            _check_refs(parsed, composed)
+            check_env_id(composed)
+            return composed
+    if hydra is not None:  # composing failed: compose the presets alone to name the mistake
+        from hydra.types import RunMode
+
+        cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
+    else:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+    for o in value_overrides:
+        parent_key, _, leaf = o.key_or_group.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        if parent is None or not OmegaConf.is_dict(parent):
+            raise ConfigError(f"{parent_key or o.key_or_group!r} is not a config section",
+                              key=o.key_or_group, fix="check the key with `rlrun --cfg job`")
+        if leaf not in parent:
+            raise ConfigError(
+                f"no such config key.{did_you_mean(leaf, [str(k) for k in parent.keys()])}",
+                key=o.key_or_group,
+                fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
+                f"+{o.key_or_group}=...")
+    deleted: list[str] = []  # Hydra applies overrides in order: `~k +k={...}` re-adds k
+    for o in edit_overrides:  # Hydra refuses these too, but in 4 lines and with exit 1
+        key = o.key_or_group
+        there = (OmegaConf.select(cfg, key, default=_NOT_FOUND) is not _NOT_FOUND
+                 and not any(key == d or key.startswith(d + ".") for d in deleted))
+        if o.is_delete():
+            deleted.append(key)
+        if o.is_add() and there:
+            raise ConfigError("the key exists already, so it cannot be added with +", key=o.key_or_group,
+                              fix=f"drop the +: {o.key_or_group}=...")
+        if o.is_delete() and not there:
+            raise ConfigError("no such config key to delete", key=o.key_or_group,
+                              fix="check the key with `rlrun --cfg job`")
+    _check_refs(parsed, cfg)
+    return None
+
+
+def _check_refs(parsed: list, cfg) -> None:
+    for o in parsed:  # ${key} in a value must name a key, or Hydra fails with a traceback
+        value = o.value() if not o.is_sweep_override() else None
+        for ref in re.findall(r"\$\{([A-Za-z_][\w.]*)\}", value if isinstance(value, str) else ""):
+            if OmegaConf.select(cfg, ref, default=_NOT_FOUND) is _NOT_FOUND:
+                raise ConfigError(f"${{{ref}}} refers to no config key", key=o.key_or_group,
+                                  fix="refer to an existing key (see `rlrun --cfg job`) or write the value")
+
+
+def _check_writable(parsed: list, multirun: bool) -> None:
+    """Creates the directory runs go to (as Hydra will) and writes ``PROBE_BYTES`` there, or raises
+    ConfigError.
+
+    That is ``hydra.run.dir`` (``hydra.sweep.dir`` with ``-m``) when given
+    without interpolations, else ``runs/`` under the current directory, where
+    every shipped run and sweep directory lives.
+    """
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((str(o.value()) for o in parsed if o.key_or_group == key and not o.is_sweep_override()),
+                 None)
+    path = Path(given) if given and "${" not in given else Path("runs")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path) as probe:  # bytes, not just a name: a full disk fails here,
+            probe.write(bytes(PROBE_BYTES))             # not in Hydra's own writes (a traceback)
+            probe.flush()
+    except OSError as err:
+        where = f"{path}" if given else f"runs/ in the current directory {Path.cwd()}"
+        raise ConfigError(f"cannot write the run directory {where} ({err.strerror or err})", key=key,
+                          fix=f"set {key}=<a writable directory>" + ("" if given else
+                              ", or run rlrun from a writable directory")) from None
+
+
+def env_package(env_id: str) -> str | None:
+    """The distribution implementing a gymnasium id (mujoco, ale-py, a user's package), if not gymnasium."""
+    import gymnasium as gym
+
+    try:
+        entry = gym.spec(env_id.rpartition(":")[2]).entry_point
+    except Exception:  # unknown id: the build reports it
+        return None
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if "mujoco" in module:
+        return "mujoco"
+    top = module.split(":")[0].split(".")[0]
+    return None if top in ("", "gymnasium") else top.replace("_", "-")
+
+
+def package_versions(env_id: str | None) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    packages = ["torch", "tensordict", "gymnasium", *([p] if env_id and (p := env_package(env_id)) else [])]
+    out = {"rlrun_version": __version__}
+    for pkg in packages:
+        try:
+            out[f"version.{pkg}"] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+
+def compose_run(hydra: Any, overrides: list[str]) -> Any:
+    """The single run's config as ``Hydra.run`` composes it (logging configured), or None if it fails."""
+    from hydra.types import RunMode
+
+    try:
+        return hydra.compose_config("config", [*overrides, "hydra.mode=RUN"], run_mode=RunMode.RUN,
+                                    with_log_configuration=True)
+    except Exception:  # the checks on the preset-only config name the mistake, or Hydra reports it
+        return None
+
+
+def check_env_id(cfg: Any) -> None:
+    """An unknown gymnasium id, found before torch is imported (the build finds it 2-3 s later).
+
+    Only a plain id (no ``module:`` part, no ``env.imports``) of the gymnasium backend: any other
+    (a package that registers ids on import, EnvPool, Atari, VMAS) is the build's to check. The
+    message is the build's (``rlrun.envs.gym._check_id``, which imports torch).
+    """
+    try:
+        env = OmegaConf.to_container(cfg.env, resolve=True) if OmegaConf.is_dict(cfg.get("env")) else {}
+    except Exception:  # an interpolation that fails: validation reports it with the key
+        return
+    env_id = env.get("id")
+    if (env.get("name") != "gym" or env.get("backend", "gymnasium") != "gymnasium" or env.get("imports")
+            or not isinstance(env_id, str) or ":" in env_id):
+        return
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as err:
+        raise ConfigError(
+            f"gymnasium has no environment {env_id!r} ({type(err).__name__}: {err})", key="env.id",
+            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
+            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
+            "or pick a preset: env=cartpole|pendulum|...",
+        ) from None

@@ -1,0 +1,230 @@
+"""Synchronous data collection over a vector env.
+
+The per-step loop touches only numpy arrays and the actor's tensors: each
+step writes into arrays allocated once per batch, and a TensorDict is built
+once per batch (zero-copy over those arrays). Episode returns are tracked here
+from the env's raw rewards, before the env's learning-signal transforms
+(``GymVecEnv.learning_reward``, ``learning_terminal``), so that logged and
+evaluated returns are the environment's own (unscaled, unclipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from rlrun.core.contracts import FrameSource
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import NonNegativeInt, PositiveInt, register
+from rlrun.envs.gym import GymVecEnv
+
+PolicyFn = Callable[[Tensor], dict[str, Tensor]]
+
+
+class SyncCollector(FrameSource):
+    """Collects ``[num_envs, T]`` batches of transitions in TorchRL's key layout.
+
+    Args:
+        env: The vector env.
+        policy: Maps an observation batch to ``{"action": ..., **extras}``.
+        frames_per_batch: Frames per batch (all envs together); divisible by ``num_envs``.
+        total_frames: Frames to collect in all; the last batch is shortened so
+            that exactly this many are collected (rounded up to ``num_envs``).
+        init_random_frames: Leading frames with uniform random actions.
+        seed: Seeds the envs and the random-action generator.
+        device: Where batches are put.
+
+    Examples:
+        >>> env = GymVecEnv("CartPole-v1", num_envs=2)
+        >>> coll = SyncCollector(env, lambda o: {"action": torch.zeros(2, dtype=torch.long)},
+        ...                      frames_per_batch=8, total_frames=16)
+        >>> [b.batch_size for b in coll]
+        [torch.Size([2, 4]), torch.Size([2, 4])]
+    """
+
+    def __init__(self, env: GymVecEnv, policy: PolicyFn, frames_per_batch: int, total_frames: int,
+                 init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):
+        n = env.num_envs
+        if frames_per_batch % n:
+            raise ConfigError(f"{frames_per_batch} frames per batch do not split over {n} envs",
+                              key="collector.frames_per_batch",
+                              fix=f"use a multiple of env.num_envs={n}")
+        self.env, self.policy, self.device = env, policy, torch.device(device)
+        self.frames_per_batch, self.init_random_frames = frames_per_batch, init_random_frames
+        self.total_frames = -(-total_frames // n) * n
+        self.seed = seed
+        self.frames = 0
+        self._next_traj = n
+        self._traj = np.arange(n)
+        self._obs: np.ndarray | None = None
+        self._ep_return = np.zeros(n)
+        self._ep_length = np.zeros(n, dtype=np.int64)
+        self.finished_returns: list[float] = []
+        self.finished_lengths: list[int] = []
+        self._gen = torch.Generator().manual_seed(seed)
+        self.on_episode_end: Callable[[np.ndarray], None] | None = None  # e.g. resets OU noise
+        self.policy_version = 0  # it acts with the live policy: nothing to push
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        while self.frames < self.total_frames:
+            yield self.collect()
+
+    def _random_action(self) -> dict[str, Tensor]:
+        spec = self.env.spec
+        shape = (self.env.num_envs, spec.n_agents) if spec.is_group else (self.env.num_envs,)
+        if spec.discrete:
+            return {"action": torch.randint(spec.action_dim, shape, generator=self._gen)}
+        u = torch.rand(*shape, spec.action_dim, generator=self._gen)
+        return {"action": spec.action_low + u * (spec.action_high - spec.action_low)}
+
+    def collect(self) -> TensorDict:
+        """Runs the envs for one batch and returns it as a ``[num_envs, T]`` TensorDict."""
+        env, n = self.env, self.env.num_envs
+        if self._obs is None:
+            # A restored run starts fresh episodes; mixing the seed with the frame
+            # count keeps a resumed run from replaying its first episodes.
+            self._obs = env.reset(seed=self.seed + 7919 * (self.frames // n))
+        steps = min(self.frames_per_batch, self.total_frames - self.frames) // n
+        obs_buf = np.empty((n, steps, *self._obs.shape[1:]), self._obs.dtype)
+        next_buf = np.empty_like(obs_buf)
+        rew_buf = np.empty((n, steps))  # float64, the env's own: episode returns are summed from it
+        term_buf = np.empty((n, steps), bool)
+        trunc_buf = np.empty((n, steps), bool)
+        lost_buf = np.zeros((n, steps), bool) if env.learning_terminal is not None else None
+        outs: dict[str, np.ndarray] = {}
+        obs, on_cpu, on_end = self._obs, self.device.type == "cpu", self.on_episode_end
+        random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
+        with torch.inference_mode():  # entered once per batch: it is not free per step
+            for t in range(steps):
+                if t < random_steps:
+                    out = self._random_action()
+                else:
+                    obs_t = torch.from_numpy(obs)
+                    out = self.policy(obs_t if on_cpu else obs_t.to(self.device, non_blocking=True))
+                for k, v in out.items():
+                    if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
+                        outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
+                    outs[k][:, t] = v.numpy() if on_cpu else v.cpu().numpy()
+                next_obs, reward, terminated, truncated, next_start = env.step(outs["action"][:, t])
+                obs_buf[:, t], next_buf[:, t] = obs, next_obs
+                rew_buf[:, t], term_buf[:, t], trunc_buf[:, t] = reward, terminated, truncated
+                if lost_buf is not None:
+                    lost_buf[:, t] = env.learning_terminal
+                if on_end is not None and (ended := terminated | truncated).any():
+                    on_end(ended.nonzero()[0])
+                obs = next_start
+        self._obs = obs
+        self.frames += steps * n
+        traj = self._track_episodes(rew_buf, term_buf | trunc_buf)
+        if lost_buf is not None:
+            term_buf |= lost_buf  # the learning signal ends there (Atari: a lost life); the episode goes on
+        return self._to_tensordict(obs_buf, next_buf, rew_buf.astype(np.float32), term_buf, trunc_buf,
+                                   traj, outs)
+
+    def _track_episodes(self, reward: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        """Records the batch's finished episodes and returns its ``[n, T]`` trajectory ids.
+
+        Whole-batch array ops rather than per-step bookkeeping (which measured
+        ~14 us per step). Episodes and new trajectory ids are numbered in step
+        order, then sub-env order; returns and lengths carry across batches.
+        """
+        n, steps = ended.shape
+        cum = np.cumsum(reward, axis=1)
+        t_end, env_end = np.nonzero(ended.T)  # step order, then sub-env order
+        # each end's previous end in the same sub-env (-1: the episode began before this batch)
+        by_env = np.lexsort((t_end, env_end))
+        e, t = env_end[by_env], t_end[by_env]
+        prev = np.empty_like(t_end)
+        prev[by_env] = np.where(np.r_[False, e[1:] == e[:-1]], np.r_[-1, t[:-1]], -1)
+        first = prev < 0
+        since = np.where(first, 0.0, cum[env_end, np.maximum(prev, 0)])
+        returns = cum[env_end, t_end] - since + np.where(first, self._ep_return[env_end], 0.0)
+        lengths = t_end - prev + np.where(first, self._ep_length[env_end], 0)
+        self.finished_returns.extend(returns.tolist())
+        self.finished_lengths.extend(lengths.tolist())
+
+        last = np.full(n, -1)
+        np.maximum.at(last, env_end, t_end)
+        done = last >= 0
+        rows = np.arange(n)
+        tail = cum[:, -1] - np.where(done, cum[rows, np.maximum(last, 0)], 0.0)
+        self._ep_return = np.where(done, 0.0, self._ep_return) + tail
+        self._ep_length = np.where(done, steps - 1 - last, self._ep_length + steps)
+
+        new_ids = self._next_traj + np.arange(len(t_end))  # increasing in time, so a running max
+        self._next_traj += len(t_end)                     # carries each sub-env's current id
+        ids = np.full((n, steps), -1, np.int64)
+        ids[:, 0] = self._traj
+        inside = t_end + 1 < steps
+        ids[env_end[inside], t_end[inside] + 1] = new_ids[inside]
+        latest = np.full(n, -1, np.int64)
+        np.maximum.at(latest, env_end, new_ids)
+        self._traj = np.where(done, latest, self._traj)
+        return np.maximum.accumulate(ids, axis=1)
+
+    def _to_tensordict(self, obs, next_obs, reward, terminated, truncated, traj, outs) -> TensorDict:
+        n, steps = reward.shape
+        reward_t = self.env.learning_reward(torch.from_numpy(reward).unsqueeze(-1))
+        term_t = torch.from_numpy(terminated).unsqueeze(-1)
+        trunc_t = torch.from_numpy(truncated).unsqueeze(-1)
+        td = TensorDict(
+            {
+                "observation": torch.from_numpy(obs),
+                **{k: torch.from_numpy(v) for k, v in outs.items()},
+                "next": {"observation": torch.from_numpy(next_obs), "reward": reward_t,
+                         "terminated": term_t, "truncated": trunc_t, "done": term_t | trunc_t},
+                "collector": {"traj_ids": torch.from_numpy(traj)},
+            },
+            batch_size=[n, steps],
+        )
+        return td.to(self.device, non_blocking=True) if self.device.type != "cpu" else td
+
+    def update_policy_weights(self, state_dict=None) -> None:
+        """The live policy acts here, so new weights are in use at once; only the version moves."""
+        self.policy_version += 1
+
+    def shutdown(self) -> None:
+        """Nothing to release: the run closes the env it built."""
+
+    def pop_episode_stats(self) -> tuple[list[float], list[int]]:
+        """Returns and clears the returns and lengths of episodes finished since the last call."""
+        stats = self.finished_returns, self.finished_lengths
+        self.finished_returns, self.finished_lengths = [], []
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"frames": self.frames, "next_traj": self._next_traj,
+                "generator": self._gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.frames, self._next_traj = int(state["frames"]), int(state["next_traj"])
+        self._gen.set_state(state["generator"])
+        n = self.env.num_envs
+        self._traj = self._next_traj + np.arange(n)
+        self._next_traj += n
+        self._obs = None
+
+
+def _np_dtype(t: Tensor) -> np.dtype:
+    return torch.empty((), dtype=t.dtype).numpy().dtype
+
+
+@register("collector", "sync")
+def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
+                        init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
+                        device: str = "cpu") -> SyncCollector:
+    """Single-process collector stepping a (sync or async) vector env.
+
+    Acts with the policy's behaviour: its exploration component if it has
+    one, else the actor's own sampling; ``explore: false`` uses the
+    deterministic policy.
+    """
+    collector = SyncCollector(env, policy.behaviour(explore), frames_per_batch, total_frames,
+                              init_random_frames, seed, device)
+    if explore and policy.exploration is not None:
+        collector.on_episode_end = policy.exploration.on_episode_end  # None unless the noise has state
+    return collector

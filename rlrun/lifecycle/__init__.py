@@ -1,0 +1,1 @@
+"""A run from config to run directory: build, train, checkpoint, signals, tracking."""

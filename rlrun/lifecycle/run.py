@@ -1,0 +1,297 @@
+"""The run lifecycle: validate, build (``rlrun.lifecycle.build``), resume, train, save, summarise.
+
+The run directory holds ``config.yaml`` (resolved), ``checkpoint.pt``,
+``summary.json`` and, with ``logger=csv``, ``metrics.csv``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlrun.cli.load import write_policy_file
+from rlrun.core.config_schema import validate_sections
+from rlrun.core.errors import CheckpointError, ConfigError
+from rlrun.core.registry import build
+from rlrun.lifecycle import checkpoint
+from rlrun.lifecycle.build import build_run, resolve_device
+from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
+from rlrun.lifecycle.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
+from rlrun.lifecycle.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.lifecycle.tracking import Progress, say
+from rlrun.record import pause_point
+from rlrun.trainer.builtins import Checkpointing, ProgressHook
+from rlrun.trainer.loop import Trainer
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _find_checkpoint(resume: Any, run_dir: Path) -> Path | None:
+    if resume in (False, None, "false", "never"):
+        return None
+    if resume in (True, "auto"):
+        path = run_dir / CHECKPOINT
+        return path if path.exists() else None
+    path = Path(str(resume))
+    path = path / CHECKPOINT if path.is_dir() else path
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}", key="resume",
+                              fix="give a run directory holding checkpoint.pt, or resume=auto")
+    return path
+
+
+def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """Trains the configured run in ``run_dir`` and returns its summary.
+
+    Args:
+        cfg: The resolved run config.
+        run_dir: Where checkpoints, config and summary go.
+        tags: Set on a new tracking run (algo, env, sweep, job number, commit, ...).
+    """
+    validate_sections(cfg)  # every section against its schema; cross-component rules: rlrun.lifecycle.build
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the run directory {run_dir} ({err.strerror})",
+                          key="hydra.run.dir", fix="run from a writable directory or set "
+                          "hydra.run.dir=<a writable path>") from None
+    with RunLock(run_dir):  # one process per run directory; the kernel frees it if we die
+        remove_stale_temp_files(run_dir)
+        return _train(cfg, run_dir, tags or {})
+
+
+def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, Any]:
+    device = resolve_device(cfg.device)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    ckpt_path = _find_checkpoint(cfg.resume, run_dir)
+    state = checkpoint.load(ckpt_path) if ckpt_path else None
+    resume = _resume_plan(cfg, run_dir, state, ckpt_path)
+    torch.manual_seed(cfg.seed)
+
+    run = build_run(cfg, run_dir, device)
+    hooks, collector = run.hooks, run.collector
+    unit, total = run.budget.unit, run.budget.total
+    # progress in the budget's unit where the checkpoint left it (0: a fresh start)
+    done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
+    progress = Progress(total, done, cfg.progress, unit=unit)
+    stats = hooks["train_stats"]
+    writer = CheckpointWriter(cfg, run_dir)
+    hooks["progress"] = ProgressHook(progress, stats)
+    # last in config order: its save() logs the batch's metrics (progress included) first
+    hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))
+    try:
+        trainer = Trainer(collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
+                          run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
+                          provided=run.provided, budget=run.budget)
+        writer.bind(trainer)
+        if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+            from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+            trainer.compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
+        if state is not None:
+            _restore(trainer, state, ckpt_path)
+    except BaseException:
+        progress.close()
+        collector.shutdown()
+        run.close()
+        raise
+    # the step the loggers continue after (None: a fresh start); rows past it were superseded
+    resume_step = done if resume["continues"] else None
+    if state is not None:
+        if done >= total and (run_dir / "summary.json").exists():
+            say(f"[rlrun] {run_dir} already finished {done} {unit}; "
+                f"raise total_{unit} to train on, or use resume=false to start afresh")
+            progress.close()
+            collector.shutdown()
+            run.close()
+            summary = json.loads((run_dir / "summary.json").read_text())
+            if resume["run_id"] is not None and summary.get("status") == "finished":
+                # a kill between the summary and the tracker's finish() left it RUNNING: finish it
+                build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
+                      run_id=resume["run_id"], resumed=True, resume_step=done).finish("FINISHED")
+            return summary
+        say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
+              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
+        if state.get("buffer") is None and run.buffer is not None:
+            say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
+                  "training continues with an empty one")
+
+    where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
+    run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
+                        ) or run_dir.name
+    logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                   resumed=resume["continues"],  # a fresh start sets old metric files aside
+                   resume_step=resume_step,
+                   tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
+                         **resume["tags"], **_paper_tags(cfg)})
+    trainer.logger = logger
+    # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
+    write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(cfg)})
+    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if resume["run_id"] is None:
+        logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        logger.log_artifact(config_file)
+    elif resume["changes"]:
+        logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
+
+    status = "FAILED"
+    evaluation = hooks["evaluation"]
+    previous = install_stop_handlers(trainer)
+    try:
+        trainer.train()
+        if trainer.diverged:
+            status = "DIVERGED"  # the last checkpoint stays the last finite one
+        else:
+            # Saved here, not in a hook, so that a signal landing after the checkpoint
+            # hook of the last batch still keeps that batch (else it is trained twice).
+            writer.save()
+            # the policy alone (config + weights), so that a remote tracking server holds the model
+            logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames))
+            status = "KILLED" if trainer.interrupted else "FINISHED"
+    except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
+        status = "KILLED"
+        raise
+    finally:
+        restore_handlers(previous)
+        progress.close()
+        summary = {
+            "status": {"KILLED": "interrupted"}.get(status, status.lower()),
+            "frames": trainer.frames, "total_frames": cfg.get("total_frames"),
+            **({"total_updates": total} if unit == "updates" else {}),
+            "stop_reason": trainer.stop_reason,
+            "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
+            **evaluation.last,
+            "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
+                                            if stats.recent_returns else None),
+            "mlflow_run_id": logger.run_id, "run_dir": str(run_dir),
+        }
+        try:
+            _write_json(run_dir / "summary.json", summary)
+            if status != "FAILED":
+                logger.log_artifact(run_dir / "summary.json")
+            if status == "DIVERGED":
+                logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
+            logger.finish({"DIVERGED": "FAILED"}.get(status, status))
+        finally:  # even when a full disk fails the summary: worker processes are never left behind
+            collector.shutdown()
+            run.close()
+    if trainer.interrupted:
+        chain_signal_handler(previous, trainer.stop_signal)
+    return summary
+
+
+def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
+    """The tracker run to continue, the config changes to list, the tags to add."""
+    plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}, "continues": False}
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    if state is None:
+        known = read_tracking(run_dir)
+        if cfg.resume not in (False, "false", "never") and known.get("config") == _exact_config_hash(cfg):
+            plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
+            plan["continues"] = plan["run_id"] is not None
+        return plan
+    # unresolved: the saved config is data, written resolved; resolving a hostile one's
+    # ${oc.env:...} here would copy the environment into the listed changes and the tracker
+    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=False))
+    changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
+               if old.get(k, "<unset>") != new.get(k, "<unset>")]
+    unsafe = [c for c in changes if not matches(c[0], SAFE_TO_CHANGE)]
+    if unsafe and not cfg.get("resume_allow_changes"):
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe[:8])
+        raise ConfigError(
+            f"the checkpoint {ckpt_path} was trained with another config ({listed})", key="resume",
+            fix="rerun with the values it started with, start afresh with resume=false, or accept the "
+            "changes with resume_allow_changes=true (they are then listed and tagged on the run)")
+    plan["changes"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume"]
+    if ckpt_path is not None and ckpt_path.parent.resolve() != run_dir.resolve():
+        plan["tags"] = {"resumed_from": str(ckpt_path.resolve()), "resumed_from_frame": str(state["frames"])}
+    else:
+        plan["run_id"], plan["continues"] = state.get("mlflow_run_id"), True
+    return plan
+
+
+def _exact_config_hash(cfg: DictConfig) -> str:
+    """Every key, seed included: re-attaching a killed run needs the very same config
+    (``rlrun.lifecycle.confighash`` leaves out the seed and logging keys, to group runs for reports)."""
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _paper_tags(cfg: DictConfig) -> dict[str, str]:
+    paper = cfg.get("paper")
+    return {f"paper.{k}": str(v) for k, v in paper.items()} if paper else {}
+
+
+def _restore(trainer: Trainer, state: dict, path: Path) -> None:
+    try:
+        trainer.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError) as err:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit this config ({type(err).__name__}: "
+            f"{checkpoint.error_reason(err)[:300]})", key="resume",
+            fix="resume with the config the run started with (see its config.yaml), "
+            "or start afresh with resume=false") from None
+
+
+class CheckpointWriter:
+    """Writes ``checkpoint.pt`` atomically: the trainer's state (``Trainer.state_dict``), the
+    tracker run it continues and the resolved config; then lets the logger send what it covers.
+
+    Args:
+        cfg: The resolved run config (saved, and ``checkpoint.buffer``/``max_buffer_mb``).
+        run_dir: Where ``checkpoint.pt`` goes.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.cfg, self.path = cfg, run_dir / CHECKPOINT
+        self.trainer: Trainer | None = None
+        self.warned = False
+
+    def bind(self, trainer: Trainer) -> None:
+        """The trainer whose state it saves (built after the checkpoint hook that calls ``save``)."""
+        self.trainer = trainer
+
+    def save(self) -> None:
+        trainer, cfg = self.trainer, self.cfg
+        if trainer is None:
+            raise RuntimeError("CheckpointWriter.save before bind(trainer)")
+        # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
+        # covers S's metrics: a run resumed from it neither lacks nor repeats them
+        trainer.flush_metrics()
+        written = trainer.buffer.saved_nbytes() if trainer.buffer is not None else 0
+        keep_buffer = cfg.checkpoint.buffer is True or (
+            cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
+        if not keep_buffer and written and not self.warned:
+            self.warned = True
+            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
+                  f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
+                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
+        pause_point("checkpoint_write")
+        logger = trainer.logger
+        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer),
+                         "mlflow_run_id": logger.run_id if logger is not None else None,
+                         "config": OmegaConf.to_yaml(cfg, resolve=True)}, self.path)
+        pause_point("checkpoint_commit")
+        if logger is not None:
+            logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
+
+
+def _write_json(path: Path, data: dict) -> None:
+    checkpoint.atomic_write_text(path, json.dumps(data, indent=2, default=str))

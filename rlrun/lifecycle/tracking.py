@@ -1,0 +1,449 @@
+"""Experiment tracking: MLflow (embedded SQLite store by default), CSV, or nothing.
+
+Every algorithm logs the same metric names (``train/episode_return``,
+``eval/episode_return``, ``loss/*``, ``time/fps``, ``frames``) with the frame
+count as step, so runs compare across algorithms in one store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlrun.core.errors import ConfigError
+from rlrun.core.registry import PositiveInt, register
+from rlrun.record.journal import JournaledLogger
+from rlrun.record.store import embedded_uri, error_line, open_client, sqlite_path
+
+# MLflow's own telemetry would try the network; this machine class has none.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A new store's schema set-up logs a dozen INFO lines ("Creating initial MLflow database
+# tables", alembic's migrations) that bury rlrun's own; warnings still show.
+for _name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+log = logging.getLogger("rlrun")
+"""rlrun's own messages; Hydra's job log file (``<run dir>/rlrun.log``) receives them."""
+
+
+def say(line: str) -> None:
+    """Prints a message of rlrun to stderr and writes it to the run's log file (``log``)."""
+    print(line, file=sys.stderr, flush=True)
+    log.info(line)
+
+
+PROBE_TIMEOUT_S = 5.0
+# While the run is set up, a server that answers but fails gets this many retries of this
+# many seconds (MLflow's defaults, 7 retries with backoff, wait minutes); a user's own
+# MLFLOW_HTTP_REQUEST_* settings win. During training MLflow's settings apply unchanged.
+_STARTUP_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+
+
+class Logger:
+    """The tracking interface; this base class records nothing (``logger=none``)."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: dict[str, Any]) -> None: ...
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def log_artifact(self, path: str | Path) -> None: ...
+
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+
+    def commit(self, step: int) -> None:
+        """A checkpoint at ``step`` is written: what was logged up to it must now survive a kill
+        (a resumed run continues from there; rows past it are superseded and dropped)."""
+
+    def finish(self, status: str = "FINISHED") -> None: ...
+
+
+class MLflowLogger(Logger):
+    """Logs to MLflow through ``MlflowClient`` (no global active-run state).
+
+    Args:
+        tracking_uri: Any MLflow URI; ``None`` means ``sqlite:///<root>/mlflow.db``.
+        root: Where the embedded store and its artifacts live.
+        experiment: Experiment name (created if missing).
+        run_name: Display name of the run.
+        run_id: Continue this run (resume) instead of creating one.
+        tags: Tags set on a new run.
+    """
+
+    def __init__(self, tracking_uri: str | None, root: Path, experiment: str, run_name: str,
+                 run_id: str | None = None, tags: dict[str, str] | None = None):
+        self.open_store(tracking_uri, root, experiment)
+        self.start_run(run_name, run_id, tags)
+
+    def open_store(self, tracking_uri: str | None, root: Path, experiment: str) -> None:
+        """Opens (or makes) the store and the experiment; ``start_run`` then makes or continues the run."""
+        from mlflow.tracking import MlflowClient
+
+        root = Path(root).resolve()
+        if tracking_uri is None:
+            root.mkdir(parents=True, exist_ok=True)
+            tracking_uri = embedded_uri(root)
+        self.tracking_uri = tracking_uri
+        if tracking_uri.startswith(("http://", "https://")):
+            probe_server(tracking_uri)
+        with _bounded_http_retries():
+            db = sqlite_path(tracking_uri)  # a SQLite store is made atomically, repaired if half-made
+            self.client = open_client(db) if db is not None else MlflowClient(tracking_uri)
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                artifacts = (root / "mlruns").as_uri() if tracking_uri.startswith("sqlite") else None
+                exp_id = self.client.create_experiment(experiment, artifact_location=artifacts)
+            else:
+                exp_id = exp.experiment_id
+        self.experiment_id = exp_id
+
+    def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
+        """Makes the run (``run_id`` None) or marks ``run_id`` running again (resume)."""
+        with _bounded_http_retries():
+            if run_id is not None:
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+            else:
+                run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
+                self.run_id = run.info.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):  # MLflow accepts at most 100 params per batch
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.log_metric_rows([(step, int(time.time() * 1000), metrics)])
+
+    def log_metric_rows(self, rows: list[tuple[int, int, dict[str, float]]]) -> None:
+        """Several steps' metrics, each row ``(step, time_ms, metrics)``, in one request."""
+        from mlflow.entities import Metric
+
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), t, step)
+                                                    for step, t, m in rows for k, v in m.items()])
+
+    def last_steps(self, keys: list[str]) -> dict[str, int]:
+        """The last step the run holds for each of ``keys`` (absent: none)."""
+        held = {}
+        for key in keys:
+            steps = [m.step for m in self.client.get_metric_history(self.run_id, key)]
+            if steps:
+                held[key] = max(steps)
+        return held
+
+    def log_artifact(self, path: str | Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, v)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def set_aside(path: Path) -> Path | None:
+    """Renames ``path`` to the first free ``<stem>.prev-N<suffix>``; returns the new path (None if absent)."""
+    if not path.exists():
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.prev-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
+
+
+def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raises ConfigError unless an HTTP server answers at ``uri`` within ``timeout`` seconds.
+
+    Any HTTP answer counts (an MLflow server says OK at ``/health``; a proxy in
+    front of one may say 401 or 404): only a refused, unresolvable or silent
+    address fails, so a dead server stops the run at once instead of after
+    MLflow's minutes of retries.
+    """
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as err:  # URLError, refused, timeout, bad URL
+        reason = getattr(err, "reason", err)
+        raise ConfigError(
+            f"no tracking server answers at {uri} within {timeout:.0f} s ({reason})",
+            key="logger.tracking_uri",
+            fix="start the server (e.g. `mlflow server --port 5000`) or point logger.tracking_uri at "
+            "a running one; leave it unset for the embedded store, or use logger=csv") from None
+
+
+@contextlib.contextmanager
+def _bounded_http_retries() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in _STARTUP_HTTP}
+    os.environ.update({k: v for k, v in _STARTUP_HTTP.items() if saved[k] is None})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+class CSVLogger(Logger):
+    """Writes ``step,key,value`` rows to ``<run_dir>/metrics.csv``.
+
+    A resumed run continues the file from its checkpoint's step: rows logged after it
+    (by the attempt that was killed) are dropped first, in an atomic rewrite. A fresh start
+    in a directory that has one (``resume=false``, or another config) moves the old
+    ``metrics.csv`` and ``params.csv`` aside as ``*.prev-N.csv`` and starts new ones.
+    """
+
+    def __init__(self, run_dir: Path, resumed: bool = False, resume_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.csv"
+        if not resumed:
+            for old in (self.path, self.path.with_name("params.csv")):
+                if (aside := set_aside(old)) is not None:
+                    print(f"[rlrun] fresh start: kept the previous {old.name} as {aside.name}",
+                          file=sys.stderr)
+        elif resume_step is not None and self.path.exists():
+            _keep_rows_up_to(self.path, resume_step)
+        new = not self.path.exists()
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.writer(self._file)
+        if new:
+            self._writer.writerow(["step", "key", "value"])
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        with open(self.path.with_name("params.csv"), "w", newline="") as f:
+            csv.writer(f).writerows(sorted(params.items()))
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self._writer.writerows([step, k, v] for k, v in metrics.items())
+        self._file.flush()  # in the OS's hands at once: a kill loses nothing logged
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self._file.close()
+
+
+def _keep_rows_up_to(path: Path, step: int) -> None:
+    """Rewrites a ``step,key,value`` file without the rows past ``step`` (temp file, ``os.replace``)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [r for i, r in enumerate(rows) if i == 0 or (len(r) == 3 and r[0].isdigit() and int(r[0]) <= step)]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
+
+
+@register("logger", "mlflow")
+def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
+                tracking_uri: str | None = None, experiment: str = "rlrun",
+                run_id: str | None = None, tags: dict | None = None,
+                resume_step: int | None = None) -> JournaledLogger:
+    """MLflow; embedded SQLite store under ``root`` unless ``tracking_uri`` is set.
+
+    Metrics reach MLflow through ``<run_dir>/mlflow.journal`` once a checkpoint covers them
+    (``rlrun.record.journal``): MLflow cannot delete what a killed attempt logged.
+    """
+    from rlrun.record.remote import take_prestarted
+
+    where = (tracking_uri, str(Path(root) if root else Path.cwd()), experiment)
+    inner = take_prestarted(*where)  # MLflow in its own process, opened while the run was built
+    if inner is not None:
+        inner.start_run(run_name, run_id, tags)
+    else:
+        inner = MLflowLogger.__new__(MLflowLogger)
+        with store_errors(tracking_uri, run_id):
+            inner.open_store(tracking_uri, Path(where[1]), experiment)
+        with store_errors(tracking_uri, run_id):
+            inner.start_run(run_name, run_id, tags)
+    return JournaledLogger(inner, Path(run_dir) / "mlflow.journal", resume_step if run_id else None)
+
+
+@contextlib.contextmanager
+def store_errors(tracking_uri: str | None, run_id: str | None) -> Iterator[None]:
+    """Turns a failure to open the store or its run into one ConfigError naming ``logger.tracking_uri``."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as err:  # bad URI, unreachable server, corrupt store
+        if run_id is not None and "not found" in str(err).lower():
+            raise ConfigError(f"MLflow run {run_id} of this checkpoint is not in {tracking_uri}",
+                              key="logger.tracking_uri",
+                              fix="point logger.tracking_uri at the store the run started in") from None
+        raise ConfigError(f"cannot open the MLflow store {tracking_uri or '(embedded)'} ({error_line(err)})",
+                          key="logger.tracking_uri",
+                          fix="check logger.tracking_uri (sqlite:///<file>, http://host:port), or use "
+                          "logger=csv to log without MLflow") from None
+
+
+@register("logger", "csv")
+def make_csv(run_dir: Path, resumed: bool = False, resume_step: int | None = None) -> CSVLogger:
+    """Metrics as rows of ``<run_dir>/metrics.csv``."""
+    return CSVLogger(run_dir, resumed, resume_step)
+
+
+@register("logger", "none")
+def make_none() -> Logger:
+    """No tracking (the summary and checkpoints are still written)."""
+    return Logger()
+
+
+class Progress:
+    """Progress of a run: a live bar on a terminal, else a line every ``interval`` seconds.
+
+    Off a terminal (nohup, SLURM logs) ``enabled="auto"`` prints ``[rlrun] frames ...``
+    lines to stderr (and the run's log); on one, a tqdm bar whose own rate is the only
+    rate shown (the trainer's ``fps`` is left out of its postfix, as the two disagree:
+    tqdm smooths over updates, ``fps`` is the last batch's). The bar's state also goes
+    to the log file every ``interval`` seconds.
+    """
+
+    def __init__(self, total: int, initial: int, enabled: bool | str = "auto", interval: float = 10.0,
+                 unit: str = "frames"):
+        tty = sys.stderr.isatty()
+        self.unit = unit
+        self.enabled = True if enabled == "auto" else bool(enabled)
+        self.bar = None
+        if self.enabled and tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit=unit, unit_scale=True,
+                            dynamic_ncols=True)
+        self.total, self.frames, self.interval = total, initial, interval
+        self._last_print = -float("inf")  # the first batch prints: the run has started
+
+    def line(self, frames: int, info: dict[str, float]) -> str:
+        """The plain progress line: frames (or updates), percent, then ``key=value`` for each of ``info``."""
+        shown = "".join(f" {k}={v:.4g}" for k, v in info.items())
+        return f"[rlrun] {self.unit} {frames}/{self.total} ({frames / max(self.total, 1):.0%}){shown}"
+
+    def update(self, frames: int, info: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        due = now - self._last_print >= self.interval or frames >= self.total
+        if self.bar is not None:
+            self.bar.update(frames - self.frames)
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in info.items() if k != "fps"}, refresh=False)
+            if due:
+                log.info(self.line(frames, info))
+        elif due:
+            say(self.line(frames, info))
+        if due:
+            self._last_print = now
+        self.frames = frames
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class TensorBoardLogger(Logger):
+    """Scalars to TensorBoard event files in ``<run_dir>/tensorboard`` (``torch.utils.tensorboard``).
+
+    Params are written once as a Markdown table under the text tag ``config``; artifacts
+    are not copied (they stay in the run directory, which TensorBoard does not serve).
+    A resumed run purges the events past its checkpoint's step (``purge_step``: TensorBoard
+    then drops what the killed attempt wrote there); a fresh start sets an old folder aside.
+    """
+
+    def __init__(self, run_dir: Path, subdir: str = "tensorboard", flush_secs: int = 10,
+                 resumed: bool = False, resume_step: int | None = None):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise ConfigError(f"TensorBoard is not installed ({err})", key="logger.name",
+                              fix="pip install 'rlrun[tensorboard]', or use logger=mlflow|csv") from None
+        folder = Path(run_dir) / subdir
+        if not resumed and folder.is_dir() and any(folder.iterdir()):
+            aside = set_aside(folder)
+            print(f"[rlrun] fresh start: kept the previous {subdir}/ as {aside.name}/", file=sys.stderr)
+        purge = resume_step + 1 if resumed and resume_step is not None else None
+        self.writer = SummaryWriter(log_dir=str(folder), flush_secs=flush_secs, purge_step=purge)
+
+    def commit(self, step: int) -> None:
+        self.writer.flush()  # events wait in the writer's queue up to flush_secs
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        rows = "\n".join(f"| {k} | {str(v).replace('|', '/')} |" for k, v in sorted(params.items()))
+        self.writer.add_text("config", f"| key | value |\n|---|---|\n{rows}")
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, float(value), step)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.writer.add_text("status", status)
+        self.writer.close()
+
+
+class LoggerGroup(Logger):
+    """Several loggers at once: every call goes to each, in order.
+
+    ``run_id`` is the first member's that has one (MLflow's, kept in checkpoints to resume
+    the same tracking run).
+    """
+
+    def __init__(self, loggers: list[Logger]):
+        self.loggers = loggers
+        self.run_id = next((lg.run_id for lg in loggers if lg.run_id is not None), None)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        for lg in self.loggers:
+            lg.log_params(params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for lg in self.loggers:
+            lg.log_metrics(metrics, step)
+
+    def log_artifact(self, path: str | Path) -> None:
+        for lg in self.loggers:
+            lg.log_artifact(path)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for lg in self.loggers:
+            lg.set_tags(tags)
+
+    def commit(self, step: int) -> None:
+        for lg in self.loggers:
+            lg.commit(step)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        for lg in self.loggers:
+            lg.finish(status)
+
+
+@register("logger", "tensorboard")
+def make_tensorboard(run_dir: Path, subdir: str = "tensorboard", flush_secs: PositiveInt = 10,
+                     resumed: bool = False, resume_step: int | None = None) -> TensorBoardLogger:
+    """TensorBoard event files in ``<run_dir>/<subdir>`` (``tensorboard --logdir runs`` shows all runs)."""
+    return TensorBoardLogger(run_dir, subdir, flush_secs, resumed, resume_step)
+
+
+@register("logger", "multi")
+def make_multi(run_dir: Path, run_name: str, loggers: dict[str, dict] | None = None,
+               run_id: str | None = None, tags: dict | None = None, resumed: bool = False,
+               resume_step: int | None = None) -> LoggerGroup:
+    """Several loggers at once, e.g. MLflow and TensorBoard (``logger.loggers.<name>`` nodes)."""
+    from rlrun.core.registry import build
+
+    if not loggers:
+        raise ConfigError("no loggers listed", key="logger.loggers",
+                          fix="list them, e.g. logger=multi (MLflow and TensorBoard)")
+    return LoggerGroup([build("logger", node, key=f"logger.loggers.{name}", run_dir=run_dir,
+                              run_name=run_name, run_id=run_id, tags=tags, resumed=resumed,
+                              resume_step=resume_step)
+                        for name, node in loggers.items() if node])

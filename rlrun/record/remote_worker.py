@@ -1,0 +1,71 @@
+"""The MLflow worker process that ``rlrun.record.remote`` starts: one ``MLflowLogger``, serving
+the run's logger calls line by line (its own module, so that the client side, which
+``rlrun.lifecycle.tracking`` imports, does not import the tracking module back)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlrun.core.errors import ConfigError
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def serve() -> None:
+    """The worker: one ``MLflowLogger``, a request per line of stdin, a reply per line."""
+    _die_with_parent()
+    parent = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # MLflow's own prints go to stderr, never into the replies
+    sys.stdout = sys.stderr
+    if os.getppid() != parent:
+        return
+    from rlrun.lifecycle.tracking import MLflowLogger, store_errors
+
+    logger = MLflowLogger.__new__(MLflowLogger)
+    where: dict[str, Any] = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        op, kwargs = request["op"], request["kwargs"]
+        try:
+            if op == "open_store":
+                where = kwargs
+                with store_errors(kwargs["tracking_uri"], None):
+                    logger.open_store(kwargs["tracking_uri"], Path(kwargs["root"]), kwargs["experiment"])
+                result = None
+            elif op == "start_run":
+                with store_errors(where.get("tracking_uri"), kwargs["run_id"]):
+                    logger.start_run(**kwargs)
+                result = logger.run_id
+            elif op == "log_metric_rows":
+                result = logger.log_metric_rows([(int(s), int(t), m) for s, t, m in kwargs["rows"]])
+            else:
+                result = getattr(logger, op)(**kwargs)
+            reply = {"result": result}
+        except ConfigError as err:
+            reply = {"config_error": err.message, "key": err.key, "fix": err.fix}
+        except Exception as err:
+            from rlrun.record.store import error_line
+
+            reply = {"error": error_line(err)}
+        out.write(json.dumps(reply) + "\n")
+        if op == "finish":  # done: the run's forked children may hold our stdin open past its end
+            return
+
+
+if __name__ == "__main__":
+    serve()
