@@ -229,12 +229,14 @@ def test_compile_is_an_execution_detail_not_the_experiment():
     import yaml
 
     from rlrun.cli import CONF_DIR
-    from rlrun.confighash import config_hash
+    from rlrun.confighash import config_hash, run_name_excluded
     from rlrun.run import SAFE_TO_CHANGE
 
     params = {"algo": "ppo", "gamma": "0.99"}
     assert config_hash({**params, "compile": "True"}) == config_hash(params)
     config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     assert config["compile"] is False
-    assert "compile" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    # the run name leaves out what the resolver that exclude_keys names returns (one list)
+    assert "rlrun_run_name_excluded" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    assert run_name_excluded(["compile", "gamma"]) == ["compile"]
     assert "compile" in SAFE_TO_CHANGE
