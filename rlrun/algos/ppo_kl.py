@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torch import Tensor
+from torch import Tensor, nn
 
 from rlrun.core.contracts import Loss
 from rlrun.core.policy import Policy
@@ -43,7 +43,11 @@ class PPOKLLoss(Loss):
                  entropy_coef: NonNegativeFloat = 0.0, critic_coef: NonNegativeFloat = 0.5,
                  normalize_advantage: bool = True):
         super().__init__(policy)
-        self.kl_target, self.kl_coef = kl_target, init_kl_coef
+        self.kl_target = kl_target
+        # a buffer: saved with the loss's weights, on their device, and a tensor a compiled loss
+        # reads (a Python float would be baked into the graph and recompiled at each change)
+        self.register_buffer("kl_coef", torch.tensor(float(init_kl_coef)))
+        self.register_load_state_dict_pre_hook(_kl_coef_from_extra_state)
         self.entropy_coef, self.critic_coef = entropy_coef, critic_coef
         self.normalize_advantage = normalize_advantage
 
@@ -63,23 +67,23 @@ class PPOKLLoss(Loss):
             "loss_critic": self.critic_coef * 0.5 * (value - td["value_target"]).pow(2).mean(),
             "loss_entropy": -self.entropy_coef * entropy,
             "kl": kl.detach(),
-            # on the loss's device: TrainStats stacks every scalar loss output into one tensor
-            "kl_coef": torch.tensor(self.kl_coef, device=kl.device),
+            "kl_coef": self.kl_coef.detach().clone(),  # adapt() changes the buffer in place
             "entropy": entropy.detach(),
         }
 
     def adapt(self, kl: float) -> None:
         """The paper's rule: double β above 1.5 x the target KL, halve it below the target / 1.5."""
         if kl > 1.5 * self.kl_target:
-            self.kl_coef *= 2.0
+            self.kl_coef.mul_(2.0)
         elif kl < self.kl_target / 1.5:
-            self.kl_coef /= 2.0
+            self.kl_coef.div_(2.0)
 
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"kl_coef": self.kl_coef}
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.kl_coef = float(state["kl_coef"])
+def _kl_coef_from_extra_state(module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    """Checkpoints from before the buffer kept β as the loss's extra state: read it from there."""
+    old = state.pop(f"{prefix}_extra_state", None)
+    if isinstance(old, dict) and "kl_coef" in old and f"{prefix}kl_coef" not in state:
+        state[f"{prefix}kl_coef"] = torch.tensor(float(old["kl_coef"]))
 
 
 @register("hook", "kl_coef")

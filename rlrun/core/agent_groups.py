@@ -50,7 +50,7 @@ def check_agent_groups(cfg: Mapping[str, Any]) -> None:
                               "single-agent algorithm (`rlrun list algo`)")
         raise ConfigError(f"env.name={env_name} is an agent group, but the algorithm's {kind} ({name}) "
                           "is single-agent", key="algo",
-                          fix=f"use a multi-agent algorithm: {_join(_algos_for(GROUP_LAYOUT), 'algo')}")
+                          fix=f"use a multi-agent algorithm: {_join(algos_for(GROUP_LAYOUT), 'algo')}")
 
 
 def _conf() -> Path:
@@ -70,7 +70,7 @@ def _presets(group: str, layout: str) -> str:
     return _join(names, group)
 
 
-def _algos_for(layout: str) -> list[str]:
+def algos_for(layout: str) -> list[str]:
     """The algorithm presets whose model and loss both train ``layout``."""
     conf, names = _conf(), []
     for path in sorted((conf / "algo").glob("*.yaml")):

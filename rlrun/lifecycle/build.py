@@ -234,7 +234,10 @@ def _buffer_config(cfg: DictConfig, loss: Any, reads_dataset: bool = False) -> d
         raise ConfigError("this algorithm learns from a buffer but none is configured", key="buffer",
                           fix="use buffer=minibatch (on-policy) or buffer=replay (off-policy)")
     node = OmegaConf.to_container(cfg.buffer, resolve=True)
-    fpb = cfg.collector.frames_per_batch
+    fpb = cfg.collector.get("frames_per_batch")
+    if fpb is None:  # the collector's own check comes later: the buffer is built first
+        raise ConfigError("is required but not set", key="collector.frames_per_batch",
+                          fix="set collector.frames_per_batch=<env steps per batch> (the presets set it)")
     if getattr(loss, "on_policy", False):
         if node.get("sampler") != "without_replacement":
             raise ConfigError(

@@ -167,3 +167,19 @@ def test_hook_collects_without_a_pre_epoch_and_adapts_once_per_batch():
     assert loss.kl_coef == 4.0
     hook.post_steps(trainer)  # a batch without updates: no KL measured, beta stays
     assert loss.kl_coef == 4.0
+
+
+def test_the_kl_coefficient_is_a_buffer_that_old_checkpoints_still_load():
+    # beta lives once, in the loss, as a tensor: saved with its weights, moved with them, read by a
+    # compiled loss without recompiling; a checkpoint from before (extra state) still restores it
+    loss = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)), kl_target=0.01, init_kl_coef=1.0)
+    assert "kl_coef" in dict(loss.named_buffers()) and loss.state_dict()["kl_coef"].item() == 1.0
+    loss.adapt(1.0)
+    assert PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0))).state_dict()["kl_coef"].item() == 1.0
+    fresh = PPOKLLoss(Policy(TwoActionActor(0.0), ConstCritic(0.0)))
+    fresh.load_state_dict(loss.state_dict())
+    assert fresh.kl_coef.item() == 2.0
+    old = {k: v for k, v in loss.state_dict().items() if k != "kl_coef"}
+    old["_extra_state"] = {"kl_coef": 4.0}
+    fresh.load_state_dict(old)
+    assert fresh.kl_coef.item() == 4.0

@@ -61,7 +61,7 @@ BAD_INPUTS = [
     (["total_frames=abc"], ["total_frames: must be an integer > 0 and <= 1000000000000 or null, got 'abc'"]),
     (["total_frames=1.5"], ["total_frames: must be an integer > 0 and <= 1000000000000 or null, got 1.5"]),
     (["seed=abc"], ["seed: must be an integer >= 0 and <= 4294967295, got 'abc'"]),
-    (["seed=-1"], ["seed: must be an integer >= 0 and <= 4294967295, got -1", "(default: 0)"]),
+    (["seed=-1"], ["seed: must be an integer >= 0 and <= 4294967295, got -1"]),  # default: conf/config.yaml
     (["threads=0"], ["threads: must be an integer >= 1 or null, got 0"]),
     (["progress=maybe"], ["progress: must be true, false or auto, got 'maybe'"]),
     (["progress=2"], ["progress: must be true, false or auto, got 2"]),

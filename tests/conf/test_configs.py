@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from rlrun.cli.compose import CONF_DIR, config_groups
 from rlrun.cli.explain import compose_config
+from rlrun.core.agent_groups import algos_for
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.registry import check_kwargs, lookup
 from rlrun.lifecycle.build import build_run
@@ -23,7 +24,7 @@ DISCRETE_ONLY = {"dqn"}
 OFFLINE = {"iql", "cql", "dt", "odt"}  # learn from a dataset
 DISCRETE_ENVS = {"cartpole", "pong", "freeway", "boxing", "breakout"}
 ATARI_ENVS = {"pong", "freeway", "boxing", "breakout"}
-MARL_ALGOS = {"mappo", "ippo", "maddpg", "iddpg", "marl_iql", "vdn", "qmix"}  # agent groups: VMAS envs only
+MARL_ALGOS = set(algos_for("group"))  # agent groups (what their model and loss declare): VMAS envs only
 VMAS_ENVS = {e for e in ENVS if e.startswith("vmas/")}
 CNN_MODELS = {"ppo": "actor_critic_cnn", "ppo_kl": "actor_critic_cnn", "a2c": "actor_critic_cnn",
               "dqn": "qnet_cnn", "impala": "actor_critic_cnn"}

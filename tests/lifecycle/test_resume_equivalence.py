@@ -190,7 +190,7 @@ def test_checkpoint_holds_non_trivial_state(resumed):
 def test_fresh_process_restores_every_component(resumed, config, tmp_path):
     r = resumed(config)
     run_dir, out = r.copy(f"process-{tmp_path.name}"), tmp_path / "state.pt"
-    script = Path(__file__).with_name("resume_utils.py")
+    script = Path(resume_utils.__file__)
     # the child imports the rlrun this process runs (a mutation tool's copy included)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(rlrun.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}

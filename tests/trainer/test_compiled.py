@@ -33,7 +33,10 @@ CASES: dict[str, list[str]] = {
     "a2c": ["algo=a2c", "env=cartpole", "collector.frames_per_batch=64", *MLP],
     "ppo_kl": ["algo=ppo_kl", "env=cartpole", "collector.frames_per_batch=64", "buffer.batch_size=32",
                *MLP],
-    "impala": ["algo=impala", "env=cartpole", "collector=sync", *MLP],
+    # 256 frames, not the tuned preset's 512 (the case it passed with): on 512, RMSprop's eps=1e-5
+    # meets actor gradients near 0 whose steps (~lr * sign) turn last-bit rounding into 1e-4 in 100
+    # updates: eager against eager with one advantage moved by an ulp differs by 4.5e-4 (256: 1.8e-7)
+    "impala": ["algo=impala", "env=cartpole", "collector=sync", "collector.frames_per_batch=256", *MLP],
     "dqn": ["algo=dqn", "env=cartpole", *REPLAY, *MLP],
     "sac": ["algo=sac", "env=pendulum", *REPLAY, *MLP],
     "td3": ["algo=td3", "env=pendulum", *REPLAY, *MLP],
@@ -226,12 +229,14 @@ def test_compile_is_an_execution_detail_not_the_experiment():
     import yaml
 
     from rlrun.cli.compose import CONF_DIR
-    from rlrun.lifecycle.confighash import config_hash
+    from rlrun.lifecycle.confighash import config_hash, run_name_excluded
     from rlrun.lifecycle.run import SAFE_TO_CHANGE
 
     params = {"algo": "ppo", "gamma": "0.99"}
     assert config_hash({**params, "compile": "True"}) == config_hash(params)
     config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     assert config["compile"] is False
-    assert "compile" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    # the run name leaves out what the resolver that exclude_keys names returns (one list)
+    assert "rlrun_run_name_excluded" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    assert run_name_excluded(["compile", "gamma"]) == ["compile"]
     assert "compile" in SAFE_TO_CHANGE
