@@ -133,6 +133,8 @@ def precheck(args: list[str], hydra=None):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
 
+    register_resolvers()  # conf/config.yaml uses them; every command prechecks (explain, eval, runs)
+
     overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)

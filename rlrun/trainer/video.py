@@ -103,13 +103,14 @@ class EvalVideo(Hook):
                               fix="e.g. eval.video_every=1 (each evaluation) or 5")
         check_installed("eval.video")
         headless_gl()
-        self.env_cfg, self.seed, self.folder, self.every, self.device = env_cfg, seed, folder, every, device
+        self.env_cfg, self.seed, self.folder, self.device = env_cfg, seed, folder, device
+        self.every_nth = every  # not `every`: Hook.every declares dispatch filters
         self.evaluations = 0
         self.files: list[Path] = []
 
     def post_eval(self, trainer, metrics: dict[str, float]) -> None:
         self.evaluations += 1
-        if (self.evaluations - 1) % self.every:
+        if (self.evaluations - 1) % self.every_nth:
             return
         # built and closed per recording: no render context or open file lives between evaluations
         env = render_env(self.env_cfg, 1)

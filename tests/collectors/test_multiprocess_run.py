@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 from cli_utils import only_run_dir, spawn, summary_of
-from test_collectors_multi import _proc_table, descendants, wait_gone
+from process_utils import _proc_table, descendants, wait_gone
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
               pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from cli_utils import only_run_dir, run_cli, spawn, summary_of
+from process_utils import descendants
 from shared_resources import shared_lock
-from test_collectors_multi import descendants
 
 ray = pytest.importorskip("ray", reason="pip install 'rlrun[ray]'")
 
