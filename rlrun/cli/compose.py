@@ -292,7 +292,7 @@ def check_env_id(cfg: Any) -> None:
 
     Only a plain id (no ``module:`` part, no ``env.imports``) of the gymnasium backend: any other
     (a package that registers ids on import, EnvPool, Atari, VMAS) is the build's to check. The
-    message is the build's (``rlrun.envs.gym._check_id``, which imports torch).
+    message is the build's (``rlrun.envs.ids``, which imports no torch).
     """
     try:
         env = OmegaConf.to_container(cfg.env, resolve=True) if OmegaConf.is_dict(cfg.get("env")) else {}
@@ -302,14 +302,6 @@ def check_env_id(cfg: Any) -> None:
     if (env.get("name") != "gym" or env.get("backend", "gymnasium") != "gymnasium" or env.get("imports")
             or not isinstance(env_id, str) or ":" in env_id):
         return
-    import gymnasium as gym
+    from rlrun.envs.ids import check_registered
 
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as err:
-        raise ConfigError(
-            f"gymnasium has no environment {env_id!r} ({type(err).__name__}: {err})", key="env.id",
-            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
-            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
-            "or pick a preset: env=cartpole|pendulum|...",
-        ) from None
+    check_registered(env_id)

@@ -39,6 +39,7 @@ from torch import Tensor
 from rlrun.core.errors import ConfigError, did_you_mean
 from rlrun.core.registry import Footprint, PositiveFloat, PositiveInt, register
 from rlrun.core.specs import EnvSpec
+from rlrun.envs.ids import check_registered
 
 
 def _wrappers(rescale_actions: bool, clip_actions: bool, float32: bool) -> list[Callable]:
@@ -234,15 +235,7 @@ def _check_id(id: str) -> None:
     module, _, name = id.rpartition(":")
     if module:
         import_env_modules([module])
-    try:
-        gym.spec(name)
-    except gym.error.Error as err:
-        raise ConfigError(
-            f"gymnasium has no environment {id!r} ({type(err).__name__}: {err})", key="env.id",
-            fix="choose a registered id (python -c 'import gymnasium; gymnasium.pprint_registry()'), "
-            "name the module that registers it (env.id=pkg.module:Name-v0 or env.imports=[pkg]), "
-            "or pick a preset: env=cartpole|pendulum|...",
-        ) from None
+    check_registered(id, name)
 
 
 # gymnasium.make's own keywords (the rest go to the env's constructor), and rlrun's options that
