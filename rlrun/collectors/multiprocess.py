@@ -265,16 +265,6 @@ class MultiCollector(FrameSource):
             q.cancel_join_thread()  # never block exit on undelivered messages to dead workers
             q.close()
 
-    def __enter__(self) -> MultiCollector:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self.shutdown()
-
     @property
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._procs]

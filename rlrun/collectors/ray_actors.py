@@ -218,16 +218,6 @@ class RayCollector(FrameSource):
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
 
-    def __enter__(self) -> RayCollector:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self.shutdown()
-
     # -- internals
 
     def _collect(self, w: int, steps: int):

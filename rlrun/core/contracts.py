@@ -200,6 +200,17 @@ class FrameSource:
         """Collected batches go into the run's own buffer."""
         return buffer
 
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()  # every Source has one
+
+    def __del__(self) -> None:
+        # collectors that hold worker processes or actors set _closed=False while they do
+        if not getattr(self, "_closed", True):
+            self.shutdown()
+
 
 @runtime_checkable
 class Buffer(Protocol):

@@ -18,18 +18,58 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
 from rlrun.objectives.gae import gae
 
-if TYPE_CHECKING:  # the loop imports the hooks: typing only
-    from rlrun.trainer.loop import Trainer
+
+class Trainer(Protocol):
+    """What a hook reaches through the trainer (``rlrun.trainer.loop.Trainer`` is one): the run's
+    components, its counters and its stop requests. Declared here because the loop imports the
+    hooks: a hook needs the trainer's members, not its module."""
+
+    collector: Source
+    loss: LossModule
+    optimizer: OptimizerStep
+    buffer: Buffer | None
+    logger: Logger | None
+    policy: Any
+    hooks: dict[str, Hook]
+    epochs_per_batch: int
+    optim_steps_per_epoch: int
+    learning_starts: int
+    optim_steps: int
+    batches: int
+    last_clock: int
+    stop_reason: str | None
+    interrupted: bool
+    stop_signal: int | None
+    diverged: str | None
+
+    @property
+    def frames(self) -> int: ...
+    @property
+    def clock(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def progress(self) -> float: ...
+    @property
+    def wall_time(self) -> float: ...
+    @property
+    def pending_metrics(self) -> dict[str, float]: ...
+    def log(self, metrics: dict[str, float]) -> None: ...
+    def flush_metrics(self) -> None: ...
+    def request_stop(self, reason: str, interrupted: bool = True) -> None: ...
+    def diverge(self, what: str) -> None: ...
+    def call_hooks(self, point: str, *args: Any) -> None: ...
 
 HOOK_POINTS = ("process_batch", "pre_steps_log", "pre_epoch", "process_optim_batch",
                "post_loss", "post_optim", "post_steps", "post_steps_log", "post_eval")

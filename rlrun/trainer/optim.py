@@ -175,9 +175,10 @@ def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
     the optimiser's own ``step``, and ``Optimizer.profile_hook_step`` adds its profiler label, hooks
     and ``_optimizer_step_code``: this does the same, so the weights are bit-identical
     (tests/trainer/test_optim_eager.py). With Dynamo imported, a differentiable optimiser or step
-    hooks registered, torch's own ``step`` runs.
+    hooks registered, or a ``step`` set on the instance (``compile=true`` compiles it there), that
+    ``step`` runs.
     """
-    if ("torch._dynamo" in sys.modules or opt.defaults.get("differentiable")
+    if ("torch._dynamo" in sys.modules or "step" in vars(opt) or opt.defaults.get("differentiable")
             or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
             or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
         opt.step()

@@ -24,22 +24,14 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """Every rlrun module this one imports, at module level or inside functions (lazy imports
-    still close a circle at run time), except under ``if TYPE_CHECKING``."""
+    """Every rlrun module this one imports: at module level, inside functions (lazy imports still
+    close a circle at run time) and under ``if TYPE_CHECKING`` (typing is a dependency too)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom):
