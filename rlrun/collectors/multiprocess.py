@@ -63,6 +63,7 @@ from rlrun.collectors.workers.loop import SEED_STRIDE, _worker  # noqa: F401  (S
 from rlrun.core.contracts import FrameSource
 from rlrun.core.errors import ConfigError, WorkerError  # noqa: F401  (WorkerError: this module's API too)
 from rlrun.core.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
+from rlrun.lifecycle.signals import stop_signals_blocked
 
 ASYNC_SLOTS = 2
 
@@ -149,8 +150,9 @@ class MultiCollector(FrameSource):
         self._shared = shared.share_memory()
         self._shared_sd = self._shared.state_dict()
         self._seq = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._res_q = ctx.Queue()
-        self._cmd_qs = [ctx.Queue() for _ in range(workers)]
+        with stop_signals_blocked():  # the queues start multiprocessing's resource tracker
+            self._res_q = ctx.Queue()
+            self._cmd_qs = [ctx.Queue() for _ in range(workers)]
         self._closed = False
         options = {"seed": seed, "init_random_frames": -(-init_random_frames // workers)}
         env_bytes = cloudpickle.dumps(env_fn)
@@ -160,7 +162,8 @@ class MultiCollector(FrameSource):
                 p = ctx.Process(target=_worker, name=f"rlrun-collector-{w}", args=(
                     w, workers, env_bytes, self._shared, method, options, self._seq, self._cmd_qs[w],
                     self._res_q))
-                p.start()
+                with stop_signals_blocked():  # and the first start, the forkserver
+                    p.start()
                 self._procs.append(p)
             specs = [self._wait("spec")[2] for _ in range(workers)]
             self.num_envs = int(specs[0].pop("num_envs"))

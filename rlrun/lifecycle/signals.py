@@ -22,11 +22,47 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
                      if hasattr(signal, n))
 REASON_PREFIX = "signal "
+
+
+def ignore_stop_signals() -> None:
+    """For every child process rlrun starts (collector workers, the MLflow worker): ignore the stop signals.
+
+    A terminal's Ctrl-C reaches the whole foreground process group, and SLURM signals every
+    process of a job step (submitit's preemption and time-out send SIGUSR2 and SIGTERM to all
+    of them). A child that died of one would take the run's data with it (the MLflow worker
+    died of SIGUSR2 before the checkpoint's metrics reached the tracker, and the job ended
+    failed instead of requeued): the main process decides, and ends its children itself.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+@contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Blocks the stop signals in this thread while child processes start, so that they start immune.
+
+    A blocked signal mask survives fork and exec: a child started here never receives a stop
+    signal, not even before its own ``ignore_stop_signals`` runs, and neither do helper processes
+    that run none of rlrun's code (multiprocessing's forkserver, whose death reads as every
+    worker exiting with code 255, and its resource tracker; Python's tracker blocks SIGINT and
+    SIGTERM this way, not SLURM's SIGUSR2). Signals that arrive meanwhile are delivered to this
+    process when the block ends.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class StopNow(KeyboardInterrupt):

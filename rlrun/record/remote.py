@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
+from rlrun.lifecycle.signals import stop_signals_blocked
 
 _prestarted: dict[tuple, Any] = {}
 
@@ -37,9 +38,10 @@ class RemoteMLflow:
 
     def __init__(self, tracking_uri: str | None, root: str, experiment: str):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-        self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                      env=env)
+        with stop_signals_blocked():  # a signal to the whole job must not end the tracker's process
+            self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                          env=env)
         self._opened = self.taken = False
         self._send("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
         self._tracking = (tracking_uri, root, experiment)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
+from rlrun.lifecycle.signals import ignore_stop_signals
 
 
 def _die_with_parent() -> None:
@@ -27,8 +28,7 @@ def serve() -> None:
     """The worker: one ``MLflowLogger``, a request per line of stdin, a reply per line."""
     _die_with_parent()
     parent = os.getppid()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignore_stop_signals()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # MLflow's own prints go to stderr, never into the replies
     sys.stdout = sys.stderr

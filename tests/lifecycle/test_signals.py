@@ -213,3 +213,34 @@ def test_a_second_ctrl_c_raises_stop_now_and_a_third_is_the_default(monkeypatch)
         signals.restore_handlers(previous)
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and SIGUSR2")
+@pytest.mark.parametrize(("sig", "collector"), [(signal.SIGUSR2, "sync"), (signal.SIGTERM, "multi_sync")])
+def test_a_signal_to_the_whole_process_group_stops_the_run_with_every_metric_in_the_tracker(
+        tmp_path, sig, collector):
+    """SLURM and a terminal signal every process of the job: rlrun's children (the MLflow worker,
+    collector workers) must outlive the signal so that the main process checkpoints and sends the
+    metrics; a child that died of it used to end the run failed (submitit then did not requeue)."""
+    from mlflow.tracking import MlflowClient
+
+    args = [a for a in ARGS if not a.startswith(("logger=", "total_frames="))] + [
+        "total_frames=6144", f"collector={collector}"]
+    proc = spawn(args, tmp_path, start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline and not list(tmp_path.glob("runs/*/*/checkpoint.pt")):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)  # as `scancel --signal` / submitit's preemption do: every process
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + int(sig), err
+    assert "Traceback" not in err and "tracker" not in err, err  # no metrics left behind
+    run_dir = only_run_dir(tmp_path)
+    assert summary_of(run_dir)["status"] == "interrupted"
+    proc = spawn(args, tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("rlrun").experiment_id])
+    frames = [m.value for m in client.get_metric_history(run.info.run_id, "frames")]
+    assert frames == sorted(set(frames)) and frames[-1] == 6144, frames  # every batch once

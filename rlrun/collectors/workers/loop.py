@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from rlrun.collectors.sync import SyncCollector
+from rlrun.lifecycle.signals import ignore_stop_signals
 
 SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 
@@ -79,7 +80,7 @@ def _pull_weights(shared: dict[str, Tensor], local: dict[str, Tensor], seq: Tens
 def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Module, method: str,
             options: dict, seq: Tensor, cmd_q: Any, res_q: Any) -> None:
     _die_with_main_process()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the main process decides
+    ignore_stop_signals()  # Ctrl-C and SLURM's signals reach the whole group: the main process decides
     env = None
     try:
         torch.set_num_threads(1)
