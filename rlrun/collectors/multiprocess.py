@@ -245,7 +245,7 @@ class MultiCollector(FrameSource):
         self.update_policy_weights()  # the caller restored the source policy's weights first
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Stops the workers (asking first, then SIGTERM, then SIGKILL); idempotent."""
+        """Stops the workers (asking first, then SIGKILL: they ignore SIGTERM); idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -258,9 +258,6 @@ class MultiCollector(FrameSource):
         for p in self._procs:
             p.join(max(0.0, deadline - time.monotonic()))
         for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(1.0)
             if p.is_alive():
                 p.kill()
                 p.join()

@@ -51,7 +51,7 @@ from rlrun.collectors.sync import SyncCollector
 from rlrun.collectors.workers.loop import SEED_STRIDE, policy_fn
 from rlrun.core.contracts import FrameSource
 from rlrun.core.errors import ConfigError, WorkerError
-from rlrun.lifecycle.signals import ignore_stop_signals
+from rlrun.lifecycle.signals import survive_stop_signals
 
 _MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
 ADDRESS_KEY = "collector.ray_address"
@@ -66,7 +66,7 @@ class _Worker:
 
     def __init__(self, index: int, workers: int, env_fn: Callable[[], Any], policy: nn.Module, method: str,
                  init_random_frames: int, seed: int):
-        ignore_stop_signals()  # SLURM signals every process of the step: the driver decides
+        survive_stop_signals()  # SLURM signals every process of the step: the driver decides
         torch.set_num_threads(1)
         self.index, self.workers, self.version = index, workers, -1
         seed = seed + SEED_STRIDE * index

@@ -20,8 +20,10 @@ requeues.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -31,29 +33,58 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1"
 REASON_PREFIX = "signal "
 
 
-def ignore_stop_signals() -> None:
-    """For every child process rlrun starts (collector workers, the MLflow worker): ignore the stop signals.
+def _ignore(signum: int, frame: Any) -> None:
+    """The stop signals' handler in rlrun's child processes: nothing (the main process decides)."""
+
+
+def _default_stop_signals_in_child() -> None:
+    for sig in _OUTLIVED:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+_OUTLIVED = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)
+_at_fork_registered = False
+
+
+def survive_stop_signals() -> None:
+    """For every child process rlrun starts (collector workers, Ray actors, the MLflow worker).
 
     A terminal's Ctrl-C reaches the whole foreground process group, and SLURM signals every
     process of a job step (submitit's preemption and time-out send SIGUSR2 and SIGTERM to all
-    of them). A child that died of one would take the run's data with it (the MLflow worker
-    died of SIGUSR2 before the checkpoint's metrics reached the tracker, and the job ended
-    failed instead of requeued): the main process decides, and ends its children itself.
+    of them). A child that died of one took the run's data with it (the MLflow worker died of
+    SIGUSR2 before the checkpoint's metrics reached the tracker, and the job ended failed
+    instead of requeued): the main process decides, and ends its children itself.
+
+    SIGINT is ignored (``SIG_IGN``, inherited by the env processes a worker starts, as before).
+    The others get a handler that does nothing rather than ``SIG_IGN``, which would outlive
+    ``exec`` into processes that are not rlrun's, and forked children (gymnasium's
+    ``AsyncVectorEnv`` workers, which their owner ends with SIGTERM) get the default back. The
+    mask ``stop_signals_blocked`` left on this process is lifted: signals that came meanwhile
+    reach the handlers now.
     """
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+    global _at_fork_registered
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a threaded actor): its process decides
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in _OUTLIVED:
+        signal.signal(sig, _ignore)
+    if not _at_fork_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_stop_signals_in_child)
+        _at_fork_registered = True
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 @contextmanager
 def stop_signals_blocked() -> Iterator[None]:
     """Blocks the stop signals in this thread while child processes start, so that they start immune.
 
-    A blocked signal mask survives fork and exec: a child started here never receives a stop
-    signal, not even before its own ``ignore_stop_signals`` runs, and neither do helper processes
+    A blocked signal mask survives fork and exec: a child started here receives no stop signal
+    before its own ``survive_stop_signals`` runs, and helper processes
     that run none of rlrun's code (multiprocessing's forkserver, whose death reads as every
     worker exiting with code 255, and its resource tracker; Python's tracker blocks SIGINT and
-    SIGTERM this way, not SLURM's SIGUSR2). Signals that arrive meanwhile are delivered to this
-    process when the block ends.
+    SIGTERM this way, not SLURM's SIGUSR2) never do. Signals that arrive meanwhile are delivered
+    to this process when the block ends.
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield

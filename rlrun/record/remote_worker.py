@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.signals import ignore_stop_signals
+from rlrun.lifecycle.signals import survive_stop_signals
 
 
 def _die_with_parent() -> None:
@@ -28,7 +28,7 @@ def serve() -> None:
     """The worker: one ``MLflowLogger``, a request per line of stdin, a reply per line."""
     _die_with_parent()
     parent = os.getppid()
-    ignore_stop_signals()
+    survive_stop_signals()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # MLflow's own prints go to stderr, never into the replies
     sys.stdout = sys.stderr

@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from rlrun.collectors.sync import SyncCollector
-from rlrun.lifecycle.signals import ignore_stop_signals
+from rlrun.lifecycle.signals import survive_stop_signals
 
 SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 
@@ -80,7 +80,7 @@ def _pull_weights(shared: dict[str, Tensor], local: dict[str, Tensor], seq: Tens
 def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Module, method: str,
             options: dict, seq: Tensor, cmd_q: Any, res_q: Any) -> None:
     _die_with_main_process()
-    ignore_stop_signals()  # Ctrl-C and SLURM's signals reach the whole group: the main process decides
+    survive_stop_signals()  # Ctrl-C and SLURM's signals reach the whole group: the main process decides
     env = None
     try:
         torch.set_num_threads(1)
@@ -126,6 +126,9 @@ def _worker(index: int, workers: int, env_fn_bytes: bytes, shared_policy: nn.Mod
                 torch.set_rng_state(torch.from_numpy(state["torch_rng"]))
                 res_q.put(("ack", index))
             elif kind == "close":
+                # exit without flushing: a worker killed while writing may hold the queue's lock,
+                # and Python's exit would wait on it for ever (the main process reads nothing more)
+                res_q.cancel_join_thread()
                 return
     except BaseException:
         res_q.put(("error", index, traceback.format_exc()))
