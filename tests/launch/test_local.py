@@ -5,44 +5,29 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import time
 
 import pytest
 from cli_utils import spawn
 from launch_utils import job_records, read_json, wait_for
 
-# a few seconds of training per job, so that running side by side can pay for the worker
-# processes' start-up; csv logging keeps MLflow's start-up out of the ratio
-RATIO_JOB = ["seed=0,1,2,3", "total_frames=16384", "collector.frames_per_batch=1024",
-             "eval.interval_frames=0", "eval.episodes=2", "logger=csv", "progress=false"]
+TINY_JOBS = ["seed=0,1,2,3", "total_frames=1024", "collector.frames_per_batch=256",
+             "eval.interval_frames=0", "eval.episodes=1", "logger=csv", "progress=false"]
 
 
-def _multirun(tmp_path, name: str, extra: list[str]) -> float:
-    t0 = time.perf_counter()
-    proc = spawn(["-m", *RATIO_JOB, f"hydra.sweep.dir={tmp_path / name}", *extra], tmp_path)
-    _, err = proc.communicate(timeout=900)
-    elapsed = time.perf_counter() - t0
+@pytest.mark.timeout(600)
+def test_local_launcher_runs_four_jobs_two_at_a_time(tmp_path):
+    """hydra/launcher=local with max_parallel=2: four jobs, each COMPLETED with its own run, two
+    worker processes taking turns. (How much faster than one after the other is a benchmark's
+    question, not a test's: the machines are shared and noisy.)"""
+    proc = spawn(["-m", *TINY_JOBS, f"hydra.sweep.dir={tmp_path / 'sw'}", "hydra/launcher=local",
+                  "hydra.launcher.max_parallel=2"], tmp_path)
+    _, err = proc.communicate(timeout=540)
     assert proc.returncode == 0, err[-3000:]
-    summaries = [read_json(p) for p in (tmp_path / name).glob("*/summary.json")]
-    assert len(summaries) == 4 and all(s["status"] == "finished" and s["frames"] == 16384 for s in summaries)
-    return elapsed
-
-
-@pytest.mark.timeout(1200)
-def test_parallel_local_multirun_vs_one_after_the_other(tmp_path, record_property, capsys):
-    """4 jobs on this machine's cores: hydra/launcher=local (2 at a time) vs Hydra's basic launcher.
-
-    Reported, not asserted: the machines are shared and noisy.
-    """
-    sequential = _multirun(tmp_path, "sequential", [])
-    parallel = _multirun(tmp_path, "parallel", ["hydra/launcher=local", "hydra.launcher.max_parallel=2"])
-    records = job_records(tmp_path / "parallel")
+    records = job_records(tmp_path / "sw")
     assert len(records) == 4 and {r["state"] for r in records} == {"COMPLETED"}
-    ratio = parallel / sequential
-    record_property("parallel_over_sequential", round(ratio, 3))
-    with capsys.disabled():
-        print(f"\n[launch] 4 jobs, {os.cpu_count()} cores: sequential {sequential:.1f} s, "
-              f"local parallel {parallel:.1f} s, ratio {ratio:.2f}")
+    summaries = [read_json(p) for p in (tmp_path / "sw").glob("*/summary.json")]
+    assert len(summaries) == 4 and all(s["status"] == "finished" and s["frames"] == 1024 for s in summaries)
+    assert len({r["attempts"][0]["pid"] for r in records}) == 2  # max_parallel=2: two workers took turns
 
 
 @pytest.mark.timeout(600)
