@@ -54,9 +54,10 @@ def explain(overrides: list[str]) -> str:
                             provided=run.provided, budget=run.budget).order
             loss = run.loss
             if run.budget.unit == "updates":
-                data = run.collector.data
-                source = (f"source    {type(run.collector).__name__}: dataset {cfg.dataset} "
-                          f"({data.num_episodes} episodes, {data.num_steps} steps); "
+                # the offline source holds its dataset; oDT's online source finds it in its buffer
+                data = getattr(run.collector, "data", None)
+                held = f" ({data.num_episodes} episodes, {data.num_steps} steps)" if data is not None else ""
+                source = (f"source    {type(run.collector).__name__}: dataset {cfg.dataset}{held}; "
                           f"samples hold {', '.join(sorted(run.buffer.sample_keys))}")
                 loop = (f"loop      {run.budget.total} updates in rounds of {run.optim_steps_per_epoch}; "
                         f"gamma {cfg.gamma}")

@@ -115,6 +115,14 @@ def test_an_odt_run_goes_through_both_phases_and_ends_at_exactly_its_updates(tmp
     assert len(state["buffer"]["episodes"]) == 6 + 3 * n_envs
 
 
+def test_explain_describes_an_odt_run(tmp_path, capsys, data_root):
+    """`rlrun explain` on oDT (its source keeps the dataset in its buffer, not as ``.data``)."""
+    code, out, err = run_cli(["explain", "algo=odt", "env=pendulum", f"dataset={DATASET}",
+                              f"dataset_root={data_root}"], tmp_path, capsys)
+    assert code == 0, err
+    assert f"OnlineDTSource: dataset {DATASET}" in out and "updates in rounds of" in out
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_sigtermed_odt_run_resumes_with_its_collected_episodes_and_ends_at_exactly_its_updates(
         tmp_path, data_root):
