@@ -16,7 +16,16 @@ Tasks (one seed each by default, ``--seeds`` for more):
   ``train_freq=200, gradient_steps=200``: the same update-to-data ratio and
   interleaving (its default is 1 and 1).
 
-Both sides are evaluated the same way: every ``interval`` frames (at batch
+* ``ppo_cartpole_zoo`` (issue 27): whole processes, no early stop. rlrun is the bare
+  ``rlrun logger=none progress=false`` command (PPO CartPole, its default 100k frames, its
+  periodic evaluations included); SB3 runs rl-zoo3's tuned CartPole-v1 hyperparameters
+  (``hyperparams/ppo.yml`` of rl-zoo3 2.9.2: 8 envs x 32 steps, batch 256, 20 epochs, gamma
+  0.98, lambda 0.8, no entropy bonus, learning rate and clip range annealed linearly from
+  1e-3 and 0.2, SB3's default MlpPolicy) for 100k frames, then one evaluation as below. The
+  figure is the whole process's wall time, imports included; ``process_ratio`` = rlrun's
+  process time / SB3's (below 1, rlrun is faster; the issue's target is <= 0.5).
+
+Both sides of the threshold tasks are evaluated the same way: every ``interval`` frames (at batch
 boundaries), 10 deterministic episodes on their own envs seeded ``seed +
 1_000_003``, and stop at the first evaluation at or above the threshold. The
 time to threshold is training wall time with evaluation time taken out, from
@@ -25,7 +34,11 @@ Each side runs in its own process with one torch thread (rlrun's ``threads:
 1``); the process's total wall time, imports included, is reported too.
 ``ratio`` is SB3's time / rlrun's time: above 1, rlrun is faster.
 
-SB3 comes with ``pip install 'rlrun[bench]'``.
+SB3 comes with ``pip install 'rlrun[bench]'``; to keep it out of rlrun's environment, give
+another interpreter that has it (and rlrun) with ``--sb3-python`` or ``RLRUN_SB3_PYTHON``::
+
+    python -m rlrun.benchmarks.end_to_end --sb3-python /path/to/venv-sb3/bin/python \
+        --tasks ppo_cartpole_zoo --seeds 3
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,7 +62,12 @@ TASKS = {
                      "rlrun": ["algo=ppo", "env=cartpole", "hooks.gae.every_epoch=false"]},
     "sac_pendulum": {"env": "Pendulum-v1", "threshold": -200.0, "max_frames": 20_000, "interval": 2_000,
                      "rlrun": ["algo=sac", "env=pendulum"]},
+    # whole processes, full budget (no early stop): `rlrun` against SB3 with rl-zoo3's tuned settings
+    "ppo_cartpole_zoo": {"env": "CartPole-v1", "threshold": 475.0, "max_frames": 100_000, "whole": True,
+                         "rlrun": []},
 }
+DEFAULT_TASKS = ("ppo_cartpole", "sac_pendulum")
+SB3_PYTHON_ENV = "RLRUN_SB3_PYTHON"
 EVAL_EPISODES, EVAL_SEED_OFFSET = 10, 1_000_003
 
 
@@ -56,11 +75,15 @@ def run_rlrun(task: str, seed: int) -> dict:
     """rlrun's CLI in a subprocess, stopped by ``eval.target_return``; reads its ``summary.json``."""
     spec = TASKS[task]
     with tempfile.TemporaryDirectory(prefix="rlrun-e2e-") as tmp:
-        args = [sys.executable, "-m", "rlrun.cli.main", *spec["rlrun"], f"seed={seed}", "logger=none",
-                "progress=false", f"total_frames={spec['max_frames']}", "checkpoint.interval_frames=0",
-                f"eval.interval_frames={spec['interval']}", f"eval.episodes={EVAL_EPISODES}",
-                f"eval.target_return={spec['threshold']}", "threads=1", "resume=false",
-                f"hydra.run.dir={tmp}/run"]
+        if spec.get("whole"):  # the command as a user types it, its defaults untouched
+            args = [sys.executable, "-m", "rlrun", *spec["rlrun"], f"seed={seed}", "logger=none",
+                    "progress=false", f"hydra.run.dir={tmp}/run"]
+        else:
+            args = [sys.executable, "-m", "rlrun.cli.main", *spec["rlrun"], f"seed={seed}", "logger=none",
+                    "progress=false", f"total_frames={spec['max_frames']}", "checkpoint.interval_frames=0",
+                    f"eval.interval_frames={spec['interval']}", f"eval.episodes={EVAL_EPISODES}",
+                    f"eval.target_return={spec['threshold']}", "threads=1", "resume=false",
+                    f"hydra.run.dir={tmp}/run"]
         start = time.perf_counter()
         proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp)
         process_s = time.perf_counter() - start
@@ -119,6 +142,18 @@ def sb3_child(task: str, seed: int) -> dict:
         def _on_step(self) -> bool:
             return not self.stop
 
+    if task == "ppo_cartpole_zoo":  # rl-zoo3 2.9.2's hyperparams/ppo.yml, CartPole-v1 ("Tuned")
+        env = make_vec_env(spec["env"], n_envs=8, seed=seed)
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                    ent_coef=0.0, learning_rate=lambda remaining: 1e-3 * remaining,
+                    clip_range=lambda remaining: 0.2 * remaining, seed=seed, device="cpu")
+        start = time.perf_counter()
+        model.learn(total_timesteps=spec["max_frames"])
+        train_s = time.perf_counter() - start
+        start = time.perf_counter()
+        ret = _sb3_evaluate(model, spec["env"], seed)
+        return {"frames": int(model.num_timesteps), "return": ret, "reached": ret >= spec["threshold"],
+                "train_s": train_s, "eval_s": time.perf_counter() - start}
     if task == "ppo_cartpole":
         env = make_vec_env(spec["env"], n_envs=8, seed=seed)
         model = PPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=10, gamma=0.98, gae_lambda=0.8,
@@ -145,46 +180,71 @@ def sb3_child(task: str, seed: int) -> dict:
             "eval_s": callback.eval_s}
 
 
+def sb3_python() -> str:
+    """The interpreter that runs SB3: ``RLRUN_SB3_PYTHON`` if set, else this one."""
+    return os.environ.get(SB3_PYTHON_ENV) or sys.executable
+
+
+def _has_sb3(python: str) -> bool:
+    if python == sys.executable:
+        return importlib.util.find_spec("stable_baselines3") is not None
+    return subprocess.run([python, "-c", "import stable_baselines3"], capture_output=True).returncode == 0
+
+
 def run_sb3(task: str, seed: int) -> dict:
+    """SB3 in a child process of ``sb3_python()``; its ``process_s`` is the whole process."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rlrun.benchmarks.end_to_end", "--sb3-child", task,
+    proc = subprocess.run([sb3_python(), "-m", "rlrun.benchmarks.end_to_end", "--sb3-child", task,
                            str(seed)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"SB3 failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
 
 
-def run(quick: bool = False, reps: int | None = None, seeds: int | None = None) -> dict:
-    """Runs each task with rlrun then SB3, seed by seed (``reps`` = seeds; ``--quick``: PPO only)."""
-    if importlib.util.find_spec("stable_baselines3") is None:
-        return {"rows": [], "notes": ["skipped: Stable-Baselines3 is not installed "
-                                      "(pip install 'rlrun[bench]')."]}
-    tasks = ["ppo_cartpole"] if quick else list(TASKS)
+def run(quick: bool = False, reps: int | None = None, seeds: int | None = None,
+        tasks: list[str] | None = None) -> dict:
+    """Runs each task with rlrun and SB3, seed by seed (``reps`` = seeds; ``--quick``: PPO only).
+
+    The order within a pair alternates by seed (rlrun first on even seeds), so a drift in the
+    machine's load favours neither side.
+    """
+    if not _has_sb3(sb3_python()):
+        return {"rows": [], "notes": [f"skipped: Stable-Baselines3 is not installed for {sb3_python()} "
+                                      f"(pip install 'rlrun[bench]', or set {SB3_PYTHON_ENV})."]}
+    tasks = tasks or (["ppo_cartpole"] if quick else list(DEFAULT_TASKS))
     rows = []
     for task in tasks:
         for seed in range(seeds or reps or 1):
-            for lib, fn in (("rlrun", run_rlrun), ("sb3", run_sb3)):
+            pair = (("rlrun", run_rlrun), ("sb3", run_sb3))
+            for lib, fn in (pair if seed % 2 == 0 else pair[::-1]):
                 result = fn(task, seed)
-                rows.append({"task": task, "seed": seed, "lib": lib, **result})
+                rows.append({"task": task, "seed": seed, "lib": lib, "load": os.getloadavg()[0], **result})
                 print(f"  {task} seed {seed} {lib}: {result['frames']} frames, "
-                      f"return {result['return']:.1f}, train {result['train_s']:.1f} s", flush=True)
+                      f"return {result['return']:.1f}, train {result['train_s']:.1f} s, "
+                      f"process {result['process_s']:.1f} s, load {rows[-1]['load']:.1f}", flush=True)
     for row in rows:
         if row["lib"] == "sb3":
             ours = next(r for r in rows if r["lib"] == "rlrun" and r["task"] == row["task"]
                         and r["seed"] == row["seed"])
             ours["ratio"] = row["train_s"] / ours["train_s"] if ours["reached"] and row["reached"] else None
+            ours["process_ratio"] = ours["process_s"] / row["process_s"]
     summary = {}
     for task in tasks:
         ratios = [r["ratio"] for r in rows if r["task"] == task and r.get("ratio") is not None]
+        process = [r["process_ratio"] for r in rows if r["task"] == task and "process_ratio" in r]
         seeds_run = sum(r["task"] == task and r["lib"] == "rlrun" for r in rows)
         summary[task] = {"median_ratio": float(np.median(ratios)) if ratios else None,
-                         "seeds_both_reached": len(ratios), "seeds": seeds_run}
+                         "seeds_both_reached": len(ratios), "seeds": seeds_run,
+                         "median_process_ratio": float(np.median(process)) if process else None}
     notes = [f"{task}: median SB3/rlrun time ratio {v['median_ratio']:.2f} over {v['seeds_both_reached']} "
              f"of {v['seeds']} seeds where both reached the threshold" if v["median_ratio"] is not None
              else f"{task}: no seed where both reached the threshold" for task, v in summary.items()]
+    notes += [f"{task}: median rlrun/SB3 whole-process time ratio {v['median_process_ratio']:.2f} over "
+              f"{v['seeds']} pairs" for task, v in summary.items() if v["median_process_ratio"] is not None]
     return {"rows": rows, "summary": summary, "notes": [
         *notes, "time = training wall time to the first evaluation at or above the threshold, evaluation "
-        "excluded; ratio = SB3 time / rlrun time (set when both reached the threshold)."]}
+        "excluded (ppo_cartpole_zoo: the whole budget); ratio = SB3 time / rlrun time (set when both "
+        "reached the threshold); process ratio = rlrun process time / SB3 process time."]}
 
 
 def render(result: dict) -> str:
@@ -194,12 +254,32 @@ def render(result: dict) -> str:
             ("reached", "reached", ""), ("frames", "frames", "d"), ("return", "eval return", ".1f"),
             ("train_s", "time to threshold s", ".1f"), ("ms_per_frame", "ms per frame", ".2f"),
             ("eval_s", "eval s (excluded)", ".1f"),
-            ("process_s", "process s", ".1f"), ("ratio", "SB3 time / rlrun time", ".2f")]
+            ("process_s", "process s", ".1f"), ("ratio", "SB3 time / rlrun time", ".2f"),
+            ("process_ratio", "rlrun process / SB3 process", ".2f"), ("load", "load", ".1f")]
     return "\n".join([table(result["rows"], cols), *(f"\n{n}" for n in result["notes"])])
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlrun.benchmarks.end_to_end``: the benchmark (or, with ``--sb3-child``, SB3's side)."""
+    parser = argparse.ArgumentParser(prog="python -m rlrun.benchmarks.end_to_end")
+    parser.add_argument("--sb3-child", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(DEFAULT_TASKS))
+    parser.add_argument("--seeds", type=int, default=3, help="pairs per task (seeds 0..N-1)")
+    parser.add_argument("--sb3-python", help=f"interpreter with stable-baselines3 (or ${SB3_PYTHON_ENV})")
+    parser.add_argument("--json", help="also write the result here")
+    args = parser.parse_args(argv)
+    if args.sb3_child:
+        print(json.dumps(sb3_child(args.sb3_child[0], int(args.sb3_child[1]))))
+        return 0
+    if args.sb3_python:
+        os.environ[SB3_PYTHON_ENV] = args.sb3_python
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; SB3 python: {sb3_python()}", flush=True)
+    result = run(seeds=args.seeds, tasks=args.tasks)
+    print(render(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sb3-child", nargs=2, metavar=("TASK", "SEED"), required=True)
-    task_, seed_ = parser.parse_args().sb3_child
-    print(json.dumps(sb3_child(task_, int(seed_))))
+    sys.exit(main())

@@ -17,6 +17,7 @@ are taken, then their medians. Targets: ``run_none`` <= torch + 0.7 s, ``run_mlf
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,16 +38,26 @@ CASES = {
 
 def _time(args: list[str], expect: int, cwd: Path, source: str | None) -> float:
     """Wall seconds of ``python *args`` in ``cwd``; checks the exit code."""
+    return _measure(args, expect, cwd, source)[0]
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measure(args: list[str], expect: int, cwd: Path, source: str | None) -> tuple[float, float]:
+    """``(wall, CPU)`` seconds of ``python *args`` in ``cwd``; checks the exit code."""
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     if source:
         env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
-    start = time.perf_counter()
+    cpu, start = _children_cpu_s(), time.perf_counter()
     done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
     if done.returncode != expect:
         raise RuntimeError(f"python {' '.join(args)} exited {done.returncode}, expected {expect}: "
                            f"{done.stderr[-500:]}")
-    return seconds
+    return seconds, cpu
 
 
 def run(quick: bool = False, reps: int | None = None) -> dict:
@@ -55,6 +66,7 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
     before = os.environ.get(BEFORE_ENV)
     sides = {"after": None, **({"before": before} if before else {})}
     times = {c: {s: [] for s in sides} for c in CASES}
+    cpu = {c: {s: [] for s in sides} for c in CASES}
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {s: Path(tmp, s) for s in sides}
         for side, d in dirs.items():  # the store the MLflow runs find (made untimed)
@@ -64,24 +76,32 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
             for case, (args, expect, _) in CASES.items():
                 for side in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
                     extra = [f"hydra.run.dir=runs/{case}-{rep}"] if args[:2] == ["-m", "rlrun"] else []
-                    times[case][side].append(_time([*args, *extra], expect, dirs[side], sides[side]))
+                    wall, used = _measure([*args, *extra], expect, dirs[side], sides[side])
+                    times[case][side].append(wall)
+                    cpu[case][side].append(used)
     rows = []
     for case, (args, _, target) in CASES.items():
         for side in sides:
             t, torch_t = times[case][side], times["import_torch"][side]
+            c, torch_c = cpu[case][side], cpu["import_torch"][side]
             rows.append({"case": case, "side": side, "command": "python " + " ".join(args),
                          "wall_s": median(t), "excess_s": median([a - b for a, b in zip(t, torch_t)]),
                          "ratio": median([a / b for a, b in zip(t, torch_t)]),
-                         "target_excess_s": target if target is not None else float("nan")})
-    return {"reps": reps, "before": before, "rows": rows, "times": times}
+                         "target_excess_s": target if target is not None else float("nan"),
+                         "cpu_s": median(c), "cpu_excess_s": median([a - b for a, b in zip(c, torch_c)]),
+                         "cpu_ratio": median([a / b for a, b in zip(c, torch_c)])})
+    return {"reps": reps, "before": before, "rows": rows, "times": times, "cpu": cpu,
+            "load": os.getloadavg()}
 
 
 def render(result: dict) -> str:
     """The result as a Markdown table."""
     cols = [("case", "case", "s"), ("side", "side", "s"), ("wall_s", "wall s", ".2f"),
             ("excess_s", "- import torch s", ".2f"), ("ratio", "/ import torch", ".2f"),
-            ("target_excess_s", "target excess s", ".1f")]
+            ("target_excess_s", "target excess s", ".1f"), ("cpu_s", "CPU s", ".2f"),
+            ("cpu_excess_s", "CPU - import torch s", ".2f"), ("cpu_ratio", "CPU / import torch", ".2f")]
     note = (f"Medians over {result['reps']} interleaved repetitions of whole processes; excess and ratio "
             "are per repetition against that repetition's `import torch`"
-            + (f"; before: {result['before']}" if result["before"] else "") + ".")
+            + (f"; before: {result['before']}" if result["before"] else "")
+            + (f"; load average at the end {result['load'][0]:.2f}" if result.get("load") else "") + ".")
     return table(result["rows"], cols) + f"\n\n{note}"

@@ -64,7 +64,24 @@ def serve() -> None:
             reply = {"error": error_line(err)}
         out.write(json.dumps(reply) + "\n")
         if op == "finish":  # done: the run's forked children may hold our stdin open past its end
-            return
+            _exit_now(out)
+
+
+def _exit_now(out: Any) -> None:
+    """Ends the worker without the interpreter's teardown.
+
+    Every call of the logger is synchronous (``MlflowClient``; the store committed before the
+    reply was written), so nothing is left to flush but our own streams. The teardown of a
+    process with MLflow and SQLAlchemy loaded (module clean-up, final garbage collections) held
+    the run's exit 5.4-5.7 s on this project's 2-core machine at load 10, the run waiting for the
+    worker to end; ``os._exit`` ends it in milliseconds.
+    """
+    for stream in (out, sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -153,3 +153,26 @@ def test_offline_update_sides_compute_the_same_iql_step():
         for a, b in zip(mine.parameters(), ref.parameters()):
             # Adam moves each weight by ~lr = 3e-4; float noise in tiny gradients stays far below
             torch.testing.assert_close(a, b, rtol=0, atol=2e-5)
+
+
+def test_end_to_end_pairs_alternate_and_give_the_whole_process_ratio(monkeypatch):
+    from rlrun.benchmarks import end_to_end
+
+    order = []
+
+    def fake(lib, seconds):
+        def run(task, seed):
+            order.append(lib)
+            return {"frames": 100_000, "return": 500.0, "reached": True, "train_s": seconds - 1,
+                    "eval_s": 0.5, "process_s": seconds}
+        return run
+
+    monkeypatch.setattr(end_to_end, "run_rlrun", fake("rlrun", 10.0))
+    monkeypatch.setattr(end_to_end, "run_sb3", fake("sb3", 40.0))
+    monkeypatch.setattr(end_to_end, "_has_sb3", lambda python: True)
+    monkeypatch.setenv(end_to_end.SB3_PYTHON_ENV, "/some/venv/bin/python")
+    assert end_to_end.sb3_python() == "/some/venv/bin/python"
+    result = end_to_end.run(seeds=2, tasks=["ppo_cartpole_zoo"])
+    assert order == ["rlrun", "sb3", "sb3", "rlrun"]  # a drift in load favours neither side
+    assert result["summary"]["ppo_cartpole_zoo"]["median_process_ratio"] == 0.25
+    assert "whole-process time ratio 0.25 over 2 pairs" in end_to_end.render(result)
