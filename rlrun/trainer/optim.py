@@ -235,7 +235,17 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
             steps.append(state["step"])
-    # torch.optim.adam._multi_tensor_adam's CPU path (capturable=False), op for op
+    with torch.autograd.profiler.record_function("OptimizerStep.adam_together"):
+        _multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, steps, lrs, beta1, beta2, eps)
+    for opt in opts:
+        opt._optimizer_step_code()
+    return True
+
+
+def _multi_tensor_adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+                       exp_avg_sqs: list[Tensor], steps: list[Tensor], lrs: list[float],
+                       beta1: float, beta2: float, eps: float) -> None:
+    """torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay), op for op."""
     torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
@@ -247,9 +257,6 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
     torch._foreach_div_(denom, bias_correction2_sqrt)
     torch._foreach_add_(denom, eps)
     torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
-    for opt in opts:
-        opt._optimizer_step_code()
-    return True
 
 
 def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
