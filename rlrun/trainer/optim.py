@@ -175,17 +175,19 @@ class OptimizerStep:
 def _can_step_together(opts: list[torch.optim.Optimizer]) -> bool:
     """Whether ``adam_together`` computes exactly what each optimiser's own ``step`` would.
 
-    That is torch's multi-tensor (foreach) Adam without the options that change its
-    arithmetic (weight decay, amsgrad, maximize, capturable, differentiable, fused), with
-    betas and eps shared by every group (the learning rates may differ), on CPU float32.
+    That is torch's multi-tensor (foreach) or fused Adam, the same in every group, without the
+    options that change its arithmetic (weight decay, amsgrad, maximize, capturable,
+    differentiable), with betas and eps shared by every group (foreach: the learning rates
+    may differ; fused takes one), on CPU float32.
     """
     if len(opts) < 2 or not all(isinstance(o, torch.optim.Adam) and len(o.param_groups) == 1 for o in opts):
         return False
     groups = [o.param_groups[0] for o in opts]
     first = groups[0]
     for pg in groups:
-        if (pg["foreach"] is not True or pg["weight_decay"] != 0 or pg["amsgrad"] or pg["maximize"]
-                or pg["capturable"] or pg["differentiable"] or pg["fused"]
+        if (not (pg["foreach"] is True or pg["fused"] is True) or pg["fused"] != first["fused"]
+                or pg["weight_decay"] != 0 or pg["amsgrad"] or pg["maximize"]
+                or pg["capturable"] or pg["differentiable"]
                 or pg["betas"] != first["betas"] or pg["eps"] != first["eps"]
                 or any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"]))):
             return False
@@ -222,21 +224,32 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
         grads += [p.grad for p in own]
         lrs += [group["lr"]] * len(own)
     beta1, beta2 = opts[0].param_groups[0]["betas"]
-    eps = opts[0].param_groups[0]["eps"]
+    eps, fused = opts[0].param_groups[0]["eps"], opts[0].param_groups[0]["fused"]
+    if fused and any(lr != lrs[0] for lr in lrs):
+        return False  # torch's fused kernel takes one learning rate
     exp_avgs, exp_avg_sqs, steps = [], [], []
     for opt in opts:
         for p in opt.param_groups[0]["params"]:
             state = opt.state[p]
-            if len(state) == 0:  # as torch's Adam._init_group (not fused, not capturable)
-                dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-                state["step"] = torch.tensor(0.0, dtype=dtype)
+            if len(state) == 0:  # as torch's Adam._init_group (not capturable)
+                if fused:
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                else:
+                    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+                    state["step"] = torch.tensor(0.0, dtype=dtype)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
             steps.append(state["step"])
     with torch.autograd.profiler.record_function("OptimizerStep.adam_together"):
-        _multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, steps, lrs, beta1, beta2, eps)
+        if fused:  # torch.optim.adam._fused_adam's step, one kernel call for all tensors
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lrs[0],
+                               beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, maximize=False,
+                               grad_scale=None, found_inf=None)
+        else:
+            _multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, steps, lrs, beta1, beta2, eps)
     for opt in opts:
         opt._optimizer_step_code()
     return True

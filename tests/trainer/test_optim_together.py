@@ -3,6 +3,7 @@ optimiser's own foreach step, and a fallback wherever it would not be."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlrun.trainer.optim import OptimizerStep, adam_together, build_torch_optimizer, step_without_dynamo
@@ -15,9 +16,11 @@ def _groups() -> dict[str, list[torch.nn.Parameter]]:
             "alpha": [torch.nn.Parameter(torch.tensor(0.3))]}
 
 
-def _run(together: bool, steps: int = 12, **opts) -> tuple[dict, dict]:
+def _run(together: bool, steps: int = 12, impl: str = "auto") -> tuple[dict, dict]:
     groups = _groups()
-    lrs = {"critic": 1e-2, "actor": 3e-3, "alpha": 5e-2}  # per-group rates may differ
+    # foreach: per-group rates may differ; fused takes one
+    lrs = {"critic": 1e-2, "actor": 3e-3, "alpha": 5e-2} if impl == "auto" else dict.fromkeys(groups, 1e-2)
+    opts = {"impl": impl}
     optims = {g: build_torch_optimizer("adam", ps, lr=lrs[g], **opts) for g, ps in groups.items()}
     for i in range(steps):
         # the actor learns every other step (TD3's delay): its step count falls behind
@@ -35,9 +38,10 @@ def _run(together: bool, steps: int = 12, **opts) -> tuple[dict, dict]:
         {g: o.state_dict() for g, o in optims.items()}
 
 
-def test_one_step_over_all_groups_equals_each_optimizers_own_bit_for_bit():
-    ours, our_state = _run(together=True)
-    theirs, their_state = _run(together=False)
+@pytest.mark.parametrize("impl", ["auto", "fused"])
+def test_one_step_over_all_groups_equals_each_optimizers_own_bit_for_bit(impl):
+    ours, our_state = _run(together=True, impl=impl)
+    theirs, their_state = _run(together=False, impl=impl)
     for g in theirs:
         for a, b in zip(ours[g], theirs[g], strict=True):
             assert torch.equal(a, b), g
@@ -60,7 +64,11 @@ def test_sac_groups_take_the_joint_step():
 def test_what_changes_the_arithmetic_keeps_torchs_own_step():
     groups = _groups()
     assert not OptimizerStep(groups, "adam", weight_decay=0.01)._adam_together
-    assert not OptimizerStep(groups, "adam", impl="fused")._adam_together
+    assert OptimizerStep(groups, "adam", impl="fused")._adam_together
+    fused_rates = OptimizerStep(groups, "adam", impl="fused", groups={"actor": {"lr": 1e-5}})
+    for p in (p for ps in groups.values() for p in ps):
+        p.grad = torch.ones_like(p)
+    assert not adam_together(list(fused_rates.optimizers.values()))  # one rate per fused call
     assert not OptimizerStep(groups, "adam", impl="for_loop")._adam_together
     assert not OptimizerStep(groups, "rmsprop")._adam_together
     assert not OptimizerStep(groups, "adam", groups={"actor": {"eps": 1e-5}})._adam_together
