@@ -210,7 +210,6 @@ class TwinQCritic(nn.Module):
             self.weights.append(nn.Parameter(torch.stack([lin.weight.T for lin in layers])))
             self.biases.append(nn.Parameter(torch.stack([lin.bias[None] for lin in layers])))
         self.act = ACTIVATIONS[activation]()
-        self._relu = activation == "relu"
 
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
         obs = obs.float()
@@ -223,7 +222,7 @@ class TwinQCritic(nn.Module):
             x = torch.baddbmm(b, x.expand(w.shape[0], -1, -1) if i == 0 else x, w)
             if i < len(self.weights) - 1:
                 # in place on baddbmm's fresh output (autograd saves its inputs, not it)
-                x = x.relu_() if self._relu else self.act(x)
+                x = x.relu_() if isinstance(self.act, nn.ReLU) else self.act(x)
         return x.squeeze(-1).reshape(-1, *batch)
 
 
