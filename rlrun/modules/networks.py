@@ -32,10 +32,16 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int | None, activation: str = "
     layers: list[nn.Module] = []
     dims = [in_dim, *hidden]
     for a, b in zip(dims[:-1], dims[1:]):
-        layers += [_init(nn.Linear(a, b), math.sqrt(2), orthogonal), ACTIVATIONS[activation]()]
+        layers += [_init(nn.Linear(a, b), math.sqrt(2), orthogonal), _activation(activation)]
     if out_dim is not None:
         layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain, orthogonal))
     return nn.Sequential(*layers)
+
+
+def _activation(name: str) -> nn.Module:
+    # ReLU in place on the Linear's fresh output (which autograd does not save): one
+    # element-wise pass and no new tensor, the same values.
+    return nn.ReLU(inplace=True) if name == "relu" else ACTIVATIONS[name]()
 
 
 def _init(layer: nn.Linear, gain: float, orthogonal: bool) -> nn.Linear:
@@ -124,12 +130,21 @@ class Actor(nn.Module):
             d = self.dist(obs)
             action = d.sample()
             return action, d.log_prob(action)
-        d = self.dist(obs)
-        u = d.rsample()
+        mu, log_std = self.features(obs).chunk(2, -1)
+        std = log_std.clamp(self.min_log_std, self.max_log_std).exp()
+        # Normal(mu, std).rsample() and later its log_prob, op for op and in the order
+        # torch.distributions computes them (its broadcast views included), without building
+        # the distribution objects: the same bits, gradients included (the order of the
+        # recorded ops fixes the order in which autograd sums a tensor's gradients)
+        mu, std = torch.broadcast_tensors(mu, std)
+        u = mu + torch.empty(mu.shape, dtype=mu.dtype, device=mu.device).normal_() * std
         action = torch.tanh(u)
         # log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), numerically stable form
         correction = (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
-        return action, d.log_prob(u) - correction
+        var, log_scale = std**2, std.log()
+        log_prob = -((u - mu) ** 2) / (2 * var) - log_scale - _HALF_LOG_2PI
+        log_prob = log_prob.reshape(log_prob.shape[:-1] + (-1,)).sum(-1)  # Independent's sum
+        return action, log_prob - correction
 
     @property
     def explore_keys(self) -> tuple[str, ...]:
@@ -206,7 +221,8 @@ class TwinQCritic(nn.Module):
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             x = torch.baddbmm(b, x.expand(w.shape[0], -1, -1) if i == 0 else x, w)
             if i < len(self.weights) - 1:
-                x = self.act(x)
+                # in place on baddbmm's fresh output (autograd saves its inputs, not it)
+                x = x.relu_() if isinstance(self.act, nn.ReLU) else self.act(x)
         return x.squeeze(-1).reshape(-1, *batch)
 
 

@@ -99,6 +99,7 @@ class OptimizerStep:
             self.optimizers[g] = build_torch_optimizer(optimizer, ps, **opts)
             self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
         self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
+        self._adam_together = _can_step_together(list(self.optimizers.values()))
         self.last_grad_norms: dict[str, Tensor] = {}
         self.progress = 0.0  # of the training budget, fed by ``anneal``
         self._apply_schedule()
@@ -128,6 +129,7 @@ class OptimizerStep:
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         total.backward()
+        stepping = []
         for g, opt in self.optimizers.items():
             params = self.params[g]
             if all(p.grad is None for p in params):
@@ -135,7 +137,10 @@ class OptimizerStep:
             if opt.max_grad_norm is not None:
                 # returns a tensor: logged later without a host sync here
                 self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
-            step_without_dynamo(opt)
+            stepping.append(opt)
+        if not (self._adam_together and adam_together(stepping)):
+            for opt in stepping:
+                step_without_dynamo(opt)
         self.updates += 1
         if self.lr_schedule == "warmup" and self.updates <= self.warmup_steps:
             self._apply_schedule()  # per update until the warm-up ends; constant after
@@ -165,6 +170,106 @@ class OptimizerStep:
                 pg.update(h)
         self.updates = int(state.get("_updates", 0))
         self._apply_schedule()
+
+
+def _can_step_together(opts: list[torch.optim.Optimizer]) -> bool:
+    """Whether ``adam_together`` computes exactly what each optimiser's own ``step`` would.
+
+    That is torch's multi-tensor (foreach) or fused Adam, the same in every group, without the
+    options that change its arithmetic (weight decay, amsgrad, maximize, capturable,
+    differentiable), with betas and eps shared by every group (foreach: the learning rates
+    may differ; fused takes one), on CPU float32.
+    """
+    if len(opts) < 2 or not all(isinstance(o, torch.optim.Adam) and len(o.param_groups) == 1 for o in opts):
+        return False
+    groups = [o.param_groups[0] for o in opts]
+    first = groups[0]
+    for pg in groups:
+        if (not (pg["foreach"] is True or pg["fused"] is True) or pg["fused"] != first["fused"]
+                or pg["weight_decay"] != 0 or pg["amsgrad"] or pg["maximize"]
+                or pg["capturable"] or pg["differentiable"]
+                or pg["betas"] != first["betas"] or pg["eps"] != first["eps"]
+                or any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"]))):
+            return False
+        if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in pg["params"]):
+            return False
+    return True
+
+
+@torch.no_grad()
+def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
+    """One multi-tensor Adam step over several optimisers' parameters; False (nothing done)
+    where each must step itself.
+
+    torch's foreach Adam runs, per optimiser, a few multi-tensor ops whose CPU kernels loop
+    over the tensors one by one; issuing those ops once over all groups' tensors does the
+    same float operations on every tensor (the same bits, checked by
+    tests/trainer/test_optim_together.py) and saves each optimiser's Python step: SAC's
+    three (critic, actor, temperature) cost more than their arithmetic at its sizes.
+    Optimisers must pass ``_can_step_together``; this checks what can change after that (a
+    ``step`` set on an instance, as ``compile=true`` sets its compiled one, or step hooks).
+    """
+    if (len(opts) < 2 or torch.compiler.is_compiling() or torch_optimizer._global_optimizer_pre_hooks
+            or torch_optimizer._global_optimizer_post_hooks):
+        return False
+    params, grads, lrs = [], [], []
+    for opt in opts:
+        if "step" in vars(opt) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+            return False
+        group = opt.param_groups[0]
+        own = [p for p in group["params"] if p.grad is not None]
+        if len(own) != len(group["params"]) or any(p.grad.is_sparse for p in own):
+            return False  # torch steps only the parameters with gradients: let it
+        params += own
+        grads += [p.grad for p in own]
+        lrs += [group["lr"]] * len(own)
+    beta1, beta2 = opts[0].param_groups[0]["betas"]
+    eps, fused = opts[0].param_groups[0]["eps"], opts[0].param_groups[0]["fused"]
+    if fused and any(lr != lrs[0] for lr in lrs):
+        return False  # torch's fused kernel takes one learning rate
+    exp_avgs, exp_avg_sqs, steps = [], [], []
+    for opt in opts:
+        for p in opt.param_groups[0]["params"]:
+            state = opt.state[p]
+            if len(state) == 0:  # as torch's Adam._init_group (not capturable)
+                if fused:
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                else:
+                    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+                    state["step"] = torch.tensor(0.0, dtype=dtype)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+    with torch.autograd.profiler.record_function("OptimizerStep.adam_together"):
+        if fused:  # torch.optim.adam._fused_adam's step, one kernel call for all tensors
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lrs[0],
+                               beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, maximize=False,
+                               grad_scale=None, found_inf=None)
+        else:
+            _multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, steps, lrs, beta1, beta2, eps)
+    for opt in opts:
+        opt._optimizer_step_code()
+    return True
+
+
+def _multi_tensor_adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+                       exp_avg_sqs: list[Tensor], steps: list[Tensor], lrs: list[float],
+                       beta1: float, beta2: float, eps: float) -> None:
+    """torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay), op for op."""
+    torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    counts = [s.item() for s in steps]
+    step_size = [(lr / (1 - beta1 ** n)) * -1 for lr, n in zip(lrs, counts)]
+    bias_correction2_sqrt = [(1 - beta2 ** n) ** 0.5 for n in counts]
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, bias_correction2_sqrt)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
 
 
 def step_without_dynamo(opt: torch.optim.Optimizer) -> None:

@@ -107,6 +107,47 @@ def test_tanh_normal_sample_log_prob_matches_change_of_variables():
     assert action.requires_grad  # reparameterised
 
 
+def _sample_via_distributions(actor: Actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Actor.sample`` as it was written before #27: through torch.distributions objects."""
+    d = actor.dist(obs)
+    u = d.rsample()
+    action = torch.tanh(u)
+    correction = (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+    return action, d.log_prob(u) - correction
+
+
+def test_tanh_normal_sample_is_bit_identical_to_the_distribution_objects():
+    """The closed form (no Normal/Independent per call) gives the same bits, gradients included."""
+    results = []
+    for sample in (Actor.sample, _sample_via_distributions):
+        torch.manual_seed(0)
+        actor = Actor(mlp(5, [32, 32], 12, "relu"), "tanh_normal", 6)
+        obs = torch.randn(256, 5)
+        torch.manual_seed(1)
+        action, log_prob = sample(actor, obs)
+        # a loss that reads both, as SAC's actor loss does
+        (0.2 * log_prob - action.sum(-1)).mean().backward()
+        results.append([action, log_prob] + [p.grad for p in actor.parameters()])
+    for ours, theirs in zip(*results, strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_relu_runs_in_place_with_the_same_values_and_gradients():
+    torch.manual_seed(0)
+    net = mlp(4, [16, 16], 3, "relu")
+    assert all(m.inplace for m in net if isinstance(m, nn.ReLU))
+    ref = nn.Sequential(*[nn.ReLU() if isinstance(m, nn.ReLU) else m for m in net])
+    x = torch.randn(9, 4)
+    outs = []
+    for model in (net, ref):
+        model.zero_grad()
+        out = model(x)
+        out.square().sum().backward()
+        outs.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_tanh_normal_actions_stay_inside_open_interval_for_large_means():
     net = nn.Linear(3, 2)
     with torch.no_grad():
@@ -170,6 +211,9 @@ def test_twin_q_output_shape_and_equals_each_stacked_net_alone():
                 lin.bias.copy_(b[k, 0])
             layers += [lin] + ([nn.ReLU()] if i < len(critic.weights) - 1 else [])
         torch.testing.assert_close(q[k], nn.Sequential(*layers)(torch.cat([obs, act], -1)).squeeze(-1))
+    # ReLU runs in place on baddbmm's output: gradients still reach every weight
+    q.sum().backward()
+    assert all(w.grad is not None and w.grad.abs().sum() > 0 for w in critic.weights)
     assert not torch.allclose(q[0], q[1])  # two independently initialised networks
     assert critic(torch.randn(4, 6, 3), torch.randn(4, 6, 2)).shape == (2, 4, 6)
 
