@@ -207,8 +207,10 @@ def collected_keys(spec: EnvSpec) -> frozenset[str]:
 def make_sync_collector(env: VecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
                         init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
-    """Single-process collector stepping any batched env: gymnasium (sync or async), EnvPool,
-    or an agent group on VMAS (in torch on its device, no numpy per step).
+    """Single-process collector stepping a (sync or async) vector env.
+
+    Any ``VecEnv``: gymnasium, EnvPool, or an agent group on VMAS (in torch on its
+    device, no numpy per step).
 
     Acts with the policy's behaviour: its exploration component if it has
     one, else the actor's own sampling; ``explore: false`` uses the

@@ -29,7 +29,9 @@ VmasCollector = SyncCollector  # the name it had while agent groups had a collec
 def make_vmas_collector(env: VecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
                         init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
-    """The single-process collector (``collector=sync``) under the name agent-group presets use.
+    """Single-process collector of an agent group on a VMAS env, in torch (no numpy per step).
+
+    The one collector (``collector=sync``), under the name agent-group presets use.
 
     Acts with the policy's behaviour (its exploration component, else the actor's
     sampling); ``explore: false`` uses the deterministic policy.
