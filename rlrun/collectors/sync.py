@@ -1,26 +1,34 @@
-"""Synchronous data collection over a vector env.
+"""Synchronous data collection over any batched env: one collector for single agents and agent groups.
 
-The per-step loop touches only numpy arrays and the actor's tensors: each
-step writes into arrays allocated once per batch, and a TensorDict is built
-once per batch (zero-copy over those arrays). Episode returns are tracked here
-from the env's raw rewards, before the env's learning-signal transforms
-(``GymVecEnv.learning_reward``, ``learning_terminal``), so that logged and
-evaluated returns are the environment's own (unscaled, unclipped).
+``SyncCollector`` steps any ``rlrun.core.envs.VecEnv`` (gymnasium, EnvPool, VMAS) in one
+loop: the policy acts, the env returns an ``EnvStep``, and the step's entries are written in
+place into columns allocated once per batch (``rlrun.collectors.columns``: numpy arrays for
+envs that step in numpy, tensors on the env's device for VMAS); a TensorDict is built once
+per batch over those columns, without a copy. A single agent is the one-group case: an agent
+group's entries go under its key with an agent dim (``rlrun.core.specs.entry_key``), the
+episode ends and the global state at the root.
+
+Episode returns are tracked here from the env's raw rewards (a group's: the agents' mean),
+before the env's learning-signal transforms (``learning_reward``, ``learning_terminal``), so
+that logged and evaluated returns are the environment's own (unscaled, unclipped).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlrun.core.contracts import FrameSource
+from rlrun.collectors.columns import DeviceColumns, HostColumns
+from rlrun.core.contracts import COLLECTED_KEYS, FrameSource, key_name
+from rlrun.core.envs import VecEnv
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import NonNegativeInt, PositiveInt, register
-from rlrun.envs.gym import GymVecEnv
+from rlrun.core.specs import EnvSpec, entry_key
 
 PolicyFn = Callable[[Tensor], dict[str, Tensor]]
 
@@ -46,7 +54,7 @@ class SyncCollector(FrameSource):
         [torch.Size([2, 4]), torch.Size([2, 4])]
     """
 
-    def __init__(self, env: GymVecEnv, policy: PolicyFn, frames_per_batch: int, total_frames: int,
+    def __init__(self, env: VecEnv, policy: PolicyFn, frames_per_batch: int, total_frames: int,
                  init_random_frames: int = 0, seed: int = 0, device: str = "cpu"):
         n = env.num_envs
         if frames_per_batch % n:
@@ -60,13 +68,16 @@ class SyncCollector(FrameSource):
         self.frames = 0
         self._next_traj = n
         self._traj = np.arange(n)
-        self._obs: np.ndarray | None = None
+        self._obs: Any = None  # where each sub-env goes on from (numpy or tensors, as the env steps)
+        self._state: Any = None  # the group's global state that goes with it (None without one)
+        self._store: HostColumns | DeviceColumns | None = None  # chosen by the env's array kind
+        self.provided_keys = collected_keys(env.spec)
         self._ep_return = np.zeros(n)
         self._ep_length = np.zeros(n, dtype=np.int64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self._gen = torch.Generator().manual_seed(seed)
-        self.on_episode_end: Callable[[np.ndarray], None] | None = None  # e.g. resets OU noise
+        self.on_episode_end: Callable[[Any], None] | None = None  # e.g. resets OU noise
         self.policy_version = 0  # it acts with the live policy: nothing to push
 
     def __iter__(self) -> Iterator[TensorDict]:
@@ -77,53 +88,46 @@ class SyncCollector(FrameSource):
         spec = self.env.spec
         shape = (self.env.num_envs, spec.n_agents) if spec.is_group else (self.env.num_envs,)
         if spec.discrete:
-            return {"action": torch.randint(spec.action_dim, shape, generator=self._gen)}
-        u = torch.rand(*shape, spec.action_dim, generator=self._gen)
-        return {"action": spec.action_low + u * (spec.action_high - spec.action_low)}
+            action = torch.randint(spec.action_dim, shape, generator=self._gen)
+        else:
+            u = torch.rand(*shape, spec.action_dim, generator=self._gen)
+            action = spec.action_low + u * (spec.action_high - spec.action_low)
+        device = self._store.random_device if self._store is not None else None
+        return {"action": action if device is None else action.to(device)}  # acts where the policy does
+
+    def _begin(self) -> None:
+        """Starts fresh episodes: a new run, or a restored one (which must not replay its first episodes)."""
+        env = self.env
+        # mixing the seed with the frame count keeps a resumed run from replaying its first episodes
+        self._obs = env.reset(seed=self.seed + 7919 * (self.frames // env.num_envs))
+        state_of = getattr(env, "state", None)  # envs with a global state (agent groups) say it
+        self._state = state_of(self._obs) if callable(state_of) else None
+        if self._store is None:
+            store = DeviceColumns if isinstance(self._obs, Tensor) else HostColumns
+            self._store = store(env, self.device)
 
     def collect(self) -> TensorDict:
         """Runs the envs for one batch and returns it as a ``[num_envs, T]`` TensorDict."""
         env, n = self.env, self.env.num_envs
         if self._obs is None:
-            # A restored run starts fresh episodes; mixing the seed with the frame
-            # count keeps a resumed run from replaying its first episodes.
-            self._obs = env.reset(seed=self.seed + 7919 * (self.frames // n))
+            self._begin()
         steps = min(self.frames_per_batch, self.total_frames - self.frames) // n
-        obs_buf = np.empty((n, steps, *self._obs.shape[1:]), self._obs.dtype)
-        next_buf = np.empty_like(obs_buf)
-        rew_buf = np.empty((n, steps))  # float64, the env's own: episode returns are summed from it
-        term_buf = np.empty((n, steps), bool)
-        trunc_buf = np.empty((n, steps), bool)
-        lost_buf = np.zeros((n, steps), bool) if env.learning_terminal is not None else None
-        outs: dict[str, np.ndarray] = {}
-        obs, on_cpu, on_end = self._obs, self.device.type == "cpu", self.on_episode_end
+        store, obs, state, on_end = self._store, self._obs, self._state, self.on_episode_end
+        store.begin(n, steps, obs, state)
         random_steps = max(0, -(-(self.init_random_frames - self.frames) // n))
         with torch.inference_mode():  # entered once per batch: it is not free per step
             for t in range(steps):
-                if t < random_steps:
-                    out = self._random_action()
-                else:
-                    obs_t = torch.from_numpy(obs)
-                    out = self.policy(obs_t if on_cpu else obs_t.to(self.device, non_blocking=True))
-                for k, v in out.items():
-                    if k not in outs:  # zeros: random-action steps have no policy extras (log-probs)
-                        outs[k] = np.zeros((n, steps, *v.shape[1:]), _np_dtype(v))
-                    outs[k][:, t] = v.numpy() if on_cpu else v.cpu().numpy()
-                next_obs, reward, terminated, truncated, next_start = env.step(outs["action"][:, t])
-                obs_buf[:, t], next_buf[:, t] = obs, next_obs
-                rew_buf[:, t], term_buf[:, t], trunc_buf[:, t] = reward, terminated, truncated
-                if lost_buf is not None:
-                    lost_buf[:, t] = env.learning_terminal
-                if on_end is not None and (ended := terminated | truncated).any():
-                    on_end(ended.nonzero()[0])
-                obs = next_start
-        self._obs = obs
+                out = self._random_action() if t < random_steps else self.policy(store.to_policy(obs))
+                step = env.step(store.record_action(t, out))
+                store.record_step(t, obs, state, step)
+                if on_end is not None and (ended := step.terminated | step.truncated).any():
+                    on_end(store.ended_index(ended))
+                obs, state = step.obs, step.state
+        self._obs, self._state = obs, state
         self.frames += steps * n
-        traj = self._track_episodes(rew_buf, term_buf | trunc_buf)
-        if lost_buf is not None:
-            term_buf |= lost_buf  # the learning signal ends there (Atari: a lost life); the episode goes on
-        return self._to_tensordict(obs_buf, next_buf, rew_buf.astype(np.float32), term_buf, trunc_buf,
-                                   traj, outs)
+        traj = self._track_episodes(*store.finish(random_steps))
+        td = TensorDict(store.batch(traj), batch_size=[n, steps])
+        return td if self.device == store.device else td.to(self.device, non_blocking=True)
 
     def _track_episodes(self, reward: np.ndarray, ended: np.ndarray) -> np.ndarray:
         """Records the batch's finished episodes and returns its ``[n, T]`` trajectory ids.
@@ -166,23 +170,6 @@ class SyncCollector(FrameSource):
         self._traj = np.where(done, latest, self._traj)
         return np.maximum.accumulate(ids, axis=1)
 
-    def _to_tensordict(self, obs, next_obs, reward, terminated, truncated, traj, outs) -> TensorDict:
-        n, steps = reward.shape
-        reward_t = self.env.learning_reward(torch.from_numpy(reward).unsqueeze(-1))
-        term_t = torch.from_numpy(terminated).unsqueeze(-1)
-        trunc_t = torch.from_numpy(truncated).unsqueeze(-1)
-        td = TensorDict(
-            {
-                "observation": torch.from_numpy(obs),
-                **{k: torch.from_numpy(v) for k, v in outs.items()},
-                "next": {"observation": torch.from_numpy(next_obs), "reward": reward_t,
-                         "terminated": term_t, "truncated": trunc_t, "done": term_t | trunc_t},
-                "collector": {"traj_ids": torch.from_numpy(traj)},
-            },
-            batch_size=[n, steps],
-        )
-        return td.to(self.device, non_blocking=True) if self.device.type != "cpu" else td
-
     def update_policy_weights(self, state_dict=None) -> None:
         """The live policy acts here, so new weights are in use at once; only the version moves."""
         self.policy_version += 1
@@ -206,18 +193,24 @@ class SyncCollector(FrameSource):
         n = self.env.num_envs
         self._traj = self._next_traj + np.arange(n)
         self._next_traj += n
-        self._obs = None
+        self._obs = self._state = None
 
 
-def _np_dtype(t: Tensor) -> np.dtype:
-    return torch.empty((), dtype=t.dtype).numpy().dtype
+def collected_keys(spec: EnvSpec) -> frozenset[str]:
+    """What every batch of an env with this spec holds (dotted names, as hooks and losses declare
+    them): ``COLLECTED_KEYS`` placed for its group, and the global state where it has one."""
+    names = COLLECTED_KEYS | ({"state", "next.state"} if spec.state_shape else set())
+    return frozenset(key_name(entry_key(name, spec.group)) for name in names)
 
 
 @register("collector", "sync")
-def make_sync_collector(env: GymVecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
+def make_sync_collector(env: VecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,
                         init_random_frames: NonNegativeInt = 0, explore: bool = True, seed: int = 0,
                         device: str = "cpu") -> SyncCollector:
     """Single-process collector stepping a (sync or async) vector env.
+
+    Any ``VecEnv``: gymnasium, EnvPool, or an agent group on VMAS (in torch on its
+    device, no numpy per step).
 
     Acts with the policy's behaviour: its exploration component if it has
     one, else the actor's own sampling; ``explore: false`` uses the

@@ -54,6 +54,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.core.errors import ConfigError
+from rlrun.core.envs import EnvStep
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.gym import BACKENDS, GymVecEnv, _spec, set_learning_signal
 
@@ -166,21 +167,21 @@ class EnvPoolVecEnv:
             action = self._low + (np.asarray(action, np.float64) + 1.0) * self._half_range
         return action
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Steps every sub-env: ``(next_obs, reward, terminated, truncated, obs)`` as ``GymVecEnv.step``."""
+    def step(self, action: np.ndarray) -> EnvStep:
+        """Steps every sub-env: an ``EnvStep`` of numpy arrays, as ``GymVecEnv.step``."""
         self._fresh = False
         obs, reward, terminated, truncated, info = self._pool.step(self._action(action))
         obs, reward, terminated, truncated = self._after_step(obs, reward, terminated, truncated, info)
         next_obs = self._obs(obs)
         done = terminated | truncated
         if not done.any():
-            return next_obs, reward, terminated, truncated, next_obs
+            return EnvStep(next_obs, reward, terminated, truncated, next_obs)
         ids = np.flatnonzero(done).astype(np.int32)
         reset_obs, reset_info = self._pool.reset(ids)  # a forced reset: EnvPool's next step is a real one
         self._after_reset(ids, reset_info)
         start = next_obs.copy()
         start[ids] = self._obs(reset_obs)
-        return next_obs, reward, terminated, truncated, start
+        return EnvStep(next_obs, reward, terminated, truncated, start)
 
     def _after_step(self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
                     truncated: np.ndarray, info: dict) -> tuple[np.ndarray, ...]:

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from rlrun.core.errors import ConfigError, did_you_mean
 from rlrun.core.registry import Footprint, PositiveFloat, PositiveInt, register
+from rlrun.core.envs import EnvStep
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.ids import check_registered
 
@@ -111,7 +112,9 @@ class GymVecEnv:
     Examples:
         >>> env = GymVecEnv("Pendulum-v1", num_envs=2)
         >>> obs = env.reset(seed=0)
-        >>> next_obs, reward, term, trunc, reset_obs = env.step(np.zeros((2, 1), np.float32))
+        >>> step = env.step(np.zeros((2, 1), np.float32))     # an EnvStep of numpy arrays
+        >>> step.reward.shape, step.terminated.shape
+        ((2,), (2,))
     """
 
     def __init__(
@@ -162,15 +165,11 @@ class GymVecEnv:
         obs, _ = self.env.reset(seed=seed)
         return obs
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Steps every sub-env.
-
-        Returns:
-            ``(next_obs, reward, terminated, truncated, obs)``: ``next_obs`` is the
-            observation each action led to (the true final one where an episode
-            ended); ``obs`` is where each sub-env continues from (its reset
-            observation where an episode ended, else ``next_obs`` itself).
-        """
+    def step(self, action: np.ndarray) -> EnvStep:
+        """Steps every sub-env: an ``EnvStep`` of numpy arrays. ``next_obs`` is the
+        observation each action led to (the true final one where an episode ended);
+        ``obs`` is where each sub-env continues from (its reset observation where an
+        episode ended, else ``next_obs`` itself)."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._after_step(info, terminated | truncated)
         next_obs = obs
@@ -178,7 +177,7 @@ class GymVecEnv:
             mask = info["_final_obs"]
             next_obs = obs.copy()
             next_obs[mask] = np.stack(info["final_obs"][mask])
-        return next_obs, reward, terminated, truncated, obs
+        return EnvStep(next_obs, reward, terminated, truncated, obs)
 
     def _after_step(self, info: dict, done: np.ndarray) -> None:
         """Subclasses read the step's info here (e.g. lives); plain envs have nothing to do."""

@@ -21,18 +21,20 @@ Termination is not truncation: VMAS's ``max_steps`` is a time limit, so it is
 reported as ``truncated`` (bootstrap through it); a scenario's own ``done()``
 (navigation: every agent on its goal; balance: the package fell or arrived) is
 ``terminated``. Ended sub-envs are reset with ``reset_at(index)`` and the true
-final observation is returned in ``next_obs``, as ``GymVecEnv`` does.
+final observation is returned in ``next_obs``, as ``GymVecEnv`` does. A step is the
+``EnvStep`` every ``rlrun.core.envs.VecEnv`` returns, with the group's global state.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from rlrun.core.envs import EnvStep
 from rlrun.core.errors import ConfigError, did_you_mean
 from rlrun.core.registry import Footprint, PositiveInt, register
 from rlrun.core.specs import GROUP, EnvSpec
@@ -46,23 +48,6 @@ from rlrun.core.specs import GROUP, EnvSpec
 # 0 stay, 1 decrement, 2 increment per axis); ``discrete_actions=9`` passes VMAS's own.
 PAPER_DISCRETE_ACTIONS = 5
 _FIVE_TO_NINE = (0, 3, 6, 1, 2)  # stay, -x, +x, -y, +y
-
-
-class MultiAgentStep(NamedTuple):
-    """One step of every sub-env; the first five fields follow ``GymVecEnv.step``.
-
-    ``next_obs`` holds the true final observation where an episode ended, ``obs``
-    the reset observation there (elsewhere both are the same tensor); likewise
-    ``next_state`` and ``state``.
-    """
-
-    next_obs: Tensor
-    reward: Tensor
-    terminated: Tensor
-    truncated: Tensor
-    obs: Tensor
-    next_state: Tensor
-    state: Tensor
 
 
 def _import_vmas():
@@ -155,6 +140,14 @@ class VmasEnv:
             if not unit:
                 self._low, self._high = low, high
 
+    # The learning signal is the env's own: VMAS rewards are neither clipped nor scaled, and an
+    # episode's end is the learning signal's (``rlrun.core.envs.VecEnv``).
+    learning_terminal = None
+
+    def learning_reward(self, reward: Tensor) -> Tensor:
+        """Rewards as VMAS gives them (no clipping or scaling for agent groups)."""
+        return reward
+
     def _spec(self, discrete_actions: int) -> EnvSpec:
         obs_shapes = {tuple(s.shape) for s in self.env.observation_space}
         act_spaces = {repr(s) for s in self.env.action_space}
@@ -214,7 +207,7 @@ class VmasEnv:
             action = action.unsqueeze(-1)  # VMAS wants [num_envs, 1] per agent
         return list(action.unbind(1))
 
-    def step(self, action: Tensor) -> MultiAgentStep:
+    def step(self, action: Tensor) -> EnvStep:
         """Steps every sub-env with ``action`` (``[num_envs, n_agents]`` indices or
         ``[num_envs, n_agents, action_dim]`` floats) and resets those that ended."""
         obs, reward, terminated, truncated, _ = self.env.step(self._vmas_actions(action))
@@ -226,7 +219,7 @@ class VmasEnv:
         # (as in TorchRL's VmasEnv). With a shared time limit every sub-env usually ends together
         # and one batched reset serves them all.
         if not done.any():
-            return MultiAgentStep(next_obs, reward, terminated, truncated, next_obs, next_state, next_state)
+            return EnvStep(next_obs, reward, terminated, truncated, next_obs, next_state, next_state)
         if done.all():
             self.env.reset(return_observations=False)
         else:
@@ -238,7 +231,7 @@ class VmasEnv:
         obs = torch.where(done[:, None, None], reset_obs, next_obs)
         state = self.state(obs) if not self._has_state else torch.where(
             done.view(-1, *[1] * len(self.spec.state_shape)), self.state(obs), next_state)
-        return MultiAgentStep(next_obs, reward, terminated, truncated, obs, next_state, state)
+        return EnvStep(next_obs, reward, terminated, truncated, obs, next_state, state)
 
     def close(self) -> None:
         """VMAS holds no processes or files; closes a render window if one was opened."""

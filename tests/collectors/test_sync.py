@@ -8,8 +8,10 @@ import torch
 from fake_env import episode_return
 
 from rlrun.collectors.sync import SyncCollector, make_sync_collector
+from rlrun.core.envs import EnvStep
 from rlrun.core.errors import ConfigError
 from rlrun.core.policy import Policy
+from rlrun.core.specs import EnvSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -234,6 +236,7 @@ class ScriptedVecEnv:
     """A vector env whose rewards and episode ends come from a seeded script (no gymnasium)."""
 
     learning_terminal = None
+    spec = EnvSpec((1,), np.dtype(np.float32), True, 2)
 
     @staticmethod
     def learning_reward(reward):
@@ -253,7 +256,7 @@ class ScriptedVecEnv:
     def step(self, action):
         t, self.t = self.t, self.t + 1
         obs = np.full((self.num_envs, 1), t, np.float32)
-        return obs, self.rewards[t], self.terminated[t], self.ends[t] & ~self.terminated[t], obs
+        return EnvStep(obs, self.rewards[t], self.terminated[t], self.ends[t] & ~self.terminated[t], obs)
 
 
 def per_step_reference(env: ScriptedVecEnv):

@@ -33,7 +33,6 @@ ALLOWED_PRIVATE = {
     ("core/dynamo_lazy.py", "fn.__dynamo_disable"): "torch's cache of its Dynamo wrapper, pre-filled so that "
                                                  "optimisers do not import torch._dynamo",
     ("core/dynamo_lazy.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
-    ("collectors/vmas.py", "super()._random_action"): "the method it overrides (its own class hierarchy)",
     ("trainer/optim.py", "opt._optimizer_step_pre_hooks"): "torch's step hooks: if any, torch's step runs",
     ("trainer/optim.py", "opt._optimizer_step_post_hooks"): "torch's step hooks: if any, torch's step runs",
     ("trainer/optim.py", "torch_optimizer._global_optimizer_pre_hooks"): "torch's global step hooks",

@@ -241,7 +241,7 @@ def test_bad_settings_raise_config_errors():
 
 
 def test_vmas_and_gymnasium_envs_implement_the_one_env_protocol():
-    from rlrun.core.envs import VecEnv
+    from rlrun.core.envs import EnvStep, VecEnv
     from rlrun.envs.gym import GymVecEnv
 
     group = VmasEnv("navigation", num_envs=2, seed=0, n_agents=3)
@@ -250,7 +250,10 @@ def test_vmas_and_gymnasium_envs_implement_the_one_env_protocol():
         for env, action, agents in ((group, torch.zeros(2, 3, 2), (3,)), (single, np.zeros(2, np.int64), ())):
             assert isinstance(env, VecEnv) and env.spec.is_group == bool(agents)
             assert tuple(env.reset(seed=0).shape) == (2, *agents, *env.spec.observation_shape)
-            next_obs, reward, terminated, truncated, obs = env.step(action)[:5]
+            step = env.step(action)
+            assert isinstance(step, EnvStep)  # one step type, whichever the env
+            next_obs, reward, terminated, truncated, obs = step  # unpacks as gymnasium's five
+            assert (step.state is None) == (step.next_state is None) == (not agents)  # a group's state
             assert tuple(reward.shape) == (2, *agents)
             assert tuple(terminated.shape) == tuple(truncated.shape) == (2,)
             assert next_obs.shape == obs.shape
