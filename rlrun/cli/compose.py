@@ -74,19 +74,39 @@ def register_resolvers() -> None:
 SIGNATURE_GROUP = "signature"
 
 
-class _SignatureNode:
-    """A component's options at their defaults, held by Hydra's ConfigStore as plain data.
+_signature_node: type | None = None
 
-    The store deep-copies a node each time a config loads it; that copy is where the data becomes a
-    DictConfig, so only the few nodes a run's presets use are ever built (building all ~55 up front
-    took 50 ms of CPU, 15% of a precheck).
+
+def _signature_node_type() -> type:
+    """A ConfigStore entry holding a component's options at their defaults as plain data.
+
+    Hydra deep-copies the whole ConfigStore on every compose (``CachingConfigRepository``) and
+    copies an entry when a config loads it (``ConfigStore.load``): the deep copy shares the data,
+    which nothing mutates, and only the load's copy builds the DictConfig. Entries built as
+    DictConfigs up front, or rebuilt by each deep copy, cost 40-50 ms of CPU per compose (55 nodes).
+    Made on first use, as hydra is imported only to compose (``rlrun list`` needs it not).
     """
+    global _signature_node
+    if _signature_node is None:
+        from hydra.core.config_store import ConfigNode
 
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
+        class SignatureNode(ConfigNode):
+            def __copy__(self) -> ConfigNode:
+                return ConfigNode(name=self.name, node=OmegaConf.create(self.node), group=self.group,
+                                  package=self.package, provider=self.provider)
 
-    def __deepcopy__(self, memo: dict) -> Any:
-        return OmegaConf.create(self.data)
+            def __deepcopy__(self, memo: dict) -> SignatureNode:
+                return self
+
+            def __reduce__(self) -> tuple:  # launchers pickle the store (Singleton.get_state)
+                return _signature_entry, (self.name, self.node, self.group, self.package, self.provider)
+
+        _signature_node = SignatureNode
+    return _signature_node
+
+
+def _signature_entry(*fields: Any) -> Any:
+    return _signature_node_type()(*fields)
 
 
 def _store_signatures() -> None:
@@ -98,18 +118,17 @@ def _store_signatures() -> None:
     such as ``loss.tau=0.01`` and Hydra's struct checks see the factory's keys, and the default
     values have one home, the factory's signature.
     """
-    from hydra.core.config_store import ConfigNode, ConfigStore
+    from hydra.core.config_store import ConfigStore
 
     repo = ConfigStore.instance().repo
     if SIGNATURE_GROUP in repo:
         return
     from rlrun.core.component_index import signature_nodes
 
-    groups: dict[str, dict[str, ConfigNode]] = {}
+    groups: dict[str, dict[str, Any]] = {}
     for (kind, name), node in signature_nodes().items():  # ConfigStore.store's layout, built lazily
-        groups.setdefault(kind, {})[f"{name}.yaml"] = ConfigNode(
-            name=f"{name}.yaml", node=_SignatureNode(node), group=f"{SIGNATURE_GROUP}/{kind}",
-            package=None, provider="rlrun")
+        groups.setdefault(kind, {})[f"{name}.yaml"] = _signature_entry(
+            f"{name}.yaml", node, f"{SIGNATURE_GROUP}/{kind}", None, "rlrun")
     repo[SIGNATURE_GROUP] = groups
 
 
