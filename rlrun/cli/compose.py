@@ -72,8 +72,6 @@ def register_resolvers() -> None:
 
 
 SIGNATURE_GROUP = "signature"
-
-
 _signature_node: type | None = None
 
 
@@ -84,7 +82,7 @@ def _signature_node_type() -> type:
     copies an entry when a config loads it (``ConfigStore.load``): the deep copy shares the data,
     which nothing mutates, and only the load's copy builds the DictConfig. Entries built as
     DictConfigs up front, or rebuilt by each deep copy, cost 40-50 ms of CPU per compose (55 nodes).
-    Made on first use, as hydra is imported only to compose (``rlrun list`` needs it not).
+    Made on first use: hydra is imported only to compose (``rlrun list`` does not import it).
     """
     global _signature_node
     if _signature_node is None:
