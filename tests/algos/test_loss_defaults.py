@@ -7,8 +7,6 @@ must agree. The maths of each setting is pinned by hand elsewhere (test_losses_p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -23,7 +21,6 @@ from rlrun.algos.td3 import DDPGLoss, TD3Loss
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.models import actor_critic, actor_twin_q, qnet
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "loss"
 DISC = EnvSpec((3,), np.dtype(np.float32), True, 2)
 CONT = EnvSpec((3,), np.dtype(np.float32), False, 2)
 B = 64
@@ -39,6 +36,17 @@ def batch(discrete: bool) -> TensorDict:
         "next": {"observation": torch.randn(B, 3, generator=g), "reward": torch.randn(B, 1, generator=g),
                  "terminated": torch.rand(B, 1, generator=g) < 0.3},
     }, [B])
+
+
+def preset(name: str) -> dict:
+    """``conf/loss/<name>.yaml`` as composed: its signature node (every option) and its own values."""
+    from hydra import compose, initialize_config_dir
+
+    from rlrun.cli.compose import CONF_DIR, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(f"loss/{name}").loss)
 
 
 def perturb_targets(loss) -> None:
@@ -62,8 +70,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_python_defaults_are_the_configs_settings(name):
     cls, make_policy, required, discrete = CASES[name]
-    settings = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml")).items()
-                if k != "name"}
+    settings = {k: v for k, v in preset(name).items() if k != "name"}
     assert settings, f"conf/loss/{name}.yaml sets nothing"
     torch.manual_seed(0)
     policy = make_policy()

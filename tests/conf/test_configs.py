@@ -9,8 +9,9 @@ import torch
 from dataset_fakes import random_dataset
 from omegaconf import OmegaConf
 
-from rlrun.cli.compose import CONF_DIR, config_groups
+from rlrun.cli.compose import CONF_DIR, config_groups, register_resolvers
 from rlrun.cli.explain import compose_config
+from rlrun.core import registry
 from rlrun.core.agent_groups import algos_for
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.registry import check_kwargs, lookup
@@ -84,7 +85,7 @@ def test_every_group_option_names_a_registered_component(group, option):
     node = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
     kind = {"optim": "optim", "logger": "logger"}.get(group, group)
     entry = lookup(kind, node.name)
-    options = [k for k in node.keys() if k != "name"]
+    options = [k for k in node.keys() if k not in ("name", "defaults")]
     # interpolations refer to the full config; check keys and literal types only
     literal = {k: v for k in options if not OmegaConf.is_interpolation(node, k)
                for v in [node[k]]}
@@ -97,23 +98,51 @@ def test_tuned_presets_follow_algo_env_naming():
         assert algo in ALGOS and env in ENVS, option
 
 
+COMPONENT_GROUPS = ("loss", "model", "buffer", "optim", "exploration", "collector", "logger")
+# Groups whose presets start from their factory's signature wherever that leaves their runs' configs
+# unchanged; the others' presets still restate the defaults, which must then agree (below).
+FROM_SIGNATURE = ("loss", "model", "buffer", "optim")
+
+
+def signature_entry(node) -> str | None:
+    """``loss/sac`` for a preset whose defaults list starts from ``/signature/loss/sac@_here_``."""
+    entries = [e for e in node.get("defaults") or [] if isinstance(e, str) and e.startswith("/signature/")]
+    assert len(entries) <= 1, entries
+    return entries[0].removeprefix("/signature/").partition("@")[0] if entries else None
+
+
+def stated(node) -> dict:
+    """The options a preset file writes itself (not its name or defaults list)."""
+    return {k: _plain(v) for k, v in OmegaConf.to_container(node).items() if k not in ("name", "defaults")}
+
+
 @pytest.mark.parametrize(("group", "option"),
-                         [(g, o) for g, opts in GROUPS.items() for o in opts
-                          if g in ("loss", "model", "optim", "exploration", "collector", "logger")])
-def test_base_presets_restate_their_factory_defaults_exactly(group, option):
-    """A default has one home, the factory's signature; a preset named after its component
-    restates it for the resolved config and the tracker, and must agree with it."""
-    import inspect
+                         [(g, o) for g, opts in GROUPS.items() for o in opts if g in COMPONENT_GROUPS])
+def test_a_default_has_one_home_the_factorys_signature(group, option):
+    """A preset names its component, starts from its factory's keyword defaults (the signature node
+    ``rlrun.cli.compose`` stores from ``rlrun.core.component_index``) and states only what it sets
+    differently. One that does not start from it (it leaves out an option the signature node holds,
+    which would change its runs' configs) must at least agree with the factory where it restates."""
+    from rlrun.core.component_index import keyword_defaults
 
     node = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
-    if node.name != option:
-        pytest.skip(f"{group}={option} is a variant of {node.name}: it states its differences")
-    params = inspect.signature(lookup(group, option).factory).parameters
-    differ = {k: (node[k], params[k].default) for k in node if k != "name"
-              and not OmegaConf.is_interpolation(node, k) and k in params
-              and params[k].default not in (inspect.Parameter.empty, None)  # None: the preset chooses
-              and _plain(node[k]) != _plain(params[k].default)}
-    assert not differ, f"{group}/{option}.yaml disagrees with the factory's defaults: {differ}"
+    defaults = keyword_defaults(lookup(group, node.name).factory)
+    entry, own = signature_entry(node), stated(node)
+    if entry is not None:
+        assert entry == f"{group}/{node.name}", f"{group}/{option}.yaml starts from another component"
+        same = {k: v for k, v in own.items() if k in defaults and v == _plain(defaults[k])
+                and not OmegaConf.is_interpolation(node, k)}
+        assert not same, f"{group}/{option}.yaml restates its factory's defaults {same}: drop them"
+        return
+    left_out = set(defaults) - set(own)
+    assert group not in FROM_SIGNATURE or left_out, (
+        f"{group}/{option}.yaml states every option: start it from its signature "
+        f"(defaults: [/signature/{group}/{node.name}@_here_]) and drop the values equal to the defaults")
+    if node.name == option:  # a variant (buffer=minibatch of replay) states its differences
+        differ = {k: (v, _plain(defaults[k])) for k, v in own.items() if k in defaults
+                  and defaults[k] is not None  # None: the preset chooses
+                  and not OmegaConf.is_interpolation(node, k) and v != _plain(defaults[k])}
+        assert not differ, f"{group}/{option}.yaml disagrees with the factory's defaults: {differ}"
 
 
 def _plain(value):
@@ -121,6 +150,37 @@ def _plain(value):
     if value == {}:  # YAML's {} keeps the node writable from the command line; None means the same
         return None
     return list(value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_the_composed_config_shows_every_option_of_each_component(algo):
+    """Starting from the signature node, the composed config still holds every option of the
+    factory (what ``rlrun --cfg job`` shows, overrides reach and the tracker logs). The node comes
+    from the index, which tests/core/test_registry.py keeps equal to the factories' signatures."""
+    import inspect
+
+    from hydra import compose, initialize_config_dir
+
+    register_resolvers()  # and the signature nodes
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):  # the choices too, unresolved
+        cfg = compose("config", overrides=[f"algo={algo}"], return_hydra_config=True)
+    for group in FROM_SIGNATURE:
+        node, choice = OmegaConf.to_container(cfg[group]), cfg.hydra.runtime.choices.get(group)
+        if choice is None or signature_entry(OmegaConf.load(CONF_DIR / group / f"{choice}.yaml")) is None:
+            continue  # written in the algo preset (ppo_kl's loss), or a preset that restates
+        params = inspect.signature(lookup(group, node["name"]).factory).parameters
+        missing = [k for k, p in params.items() if p.default is not p.empty and k not in node
+                   and k not in registry.SUPPLIED_FIX]
+        assert not missing, f"algo={algo}: {group} lacks {missing}"
+
+
+def test_an_option_of_a_signature_node_is_overridden_and_a_misspelt_one_refused():
+    """The key comes from the signature node, so ``loss.tau=0.01`` overrides it like any other."""
+    loss = composed("algo=sac", "env=pendulum", "loss.tau=0.01").loss
+    assert OmegaConf.to_container(loss) == {"name": "sac", "tau": 0.01, "init_alpha": 1.0,
+                                            "target_entropy": None, "learn_alpha": True}
+    with pytest.raises(Exception, match="tua"):
+        composed("algo=sac", "env=pendulum", "loss.tua=0.01")  # Hydra's struct check: no such key
 
 
 def test_the_run_discount_defaults_to_the_papers_099():
