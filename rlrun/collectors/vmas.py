@@ -14,8 +14,8 @@ Batch layout of a group (``[num_envs, T]``):
 from __future__ import annotations
 
 from rlrun.collectors.sync import SyncCollector, collected_keys, make_sync_collector
-from rlrun.core.registry import NonNegativeInt, PositiveInt, register
 from rlrun.core.envs import VecEnv
+from rlrun.core.registry import NonNegativeInt, PositiveInt, register
 from rlrun.core.specs import GROUP, EnvSpec
 
 # What every batch of an agent group holds (dotted names, as hooks and losses declare them).

@@ -53,8 +53,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlrun.core.errors import ConfigError
 from rlrun.core.envs import EnvStep
+from rlrun.core.errors import ConfigError
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.gym import BACKENDS, GymVecEnv, _spec, set_learning_signal
 

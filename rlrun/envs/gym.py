@@ -36,9 +36,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from torch import Tensor
 
+from rlrun.core.envs import EnvStep
 from rlrun.core.errors import ConfigError, did_you_mean
 from rlrun.core.registry import Footprint, PositiveFloat, PositiveInt, register
-from rlrun.core.envs import EnvStep
 from rlrun.core.specs import EnvSpec
 from rlrun.envs.ids import check_registered
 

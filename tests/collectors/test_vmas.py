@@ -9,8 +9,8 @@ import torch
 from rlrun.collectors.sync import SyncCollector, make_sync_collector
 from rlrun.collectors.vmas import make_vmas_collector
 from rlrun.core.contracts import COLLECTED_KEYS
-from rlrun.core.specs import GROUP, EnvSpec
 from rlrun.core.envs import EnvStep
+from rlrun.core.specs import GROUP, EnvSpec
 
 N_ENVS, N_AGENTS = 4, 2
 
