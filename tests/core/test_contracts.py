@@ -18,11 +18,21 @@ PACKAGE = Path(rlrun.__file__).parent
 
 # ``obj._name`` on anything but self/cls, allowed where the object is not rlrun's: each entry is
 # (module, the expression as ast.unparse writes it) and why it has no public alternative.
+_JOINT_ADAM = "Adam's foreach step over several groups at once (torch's multi-tensor ops: no public name)"
 ALLOWED_PRIVATE = {
     ("core/dynamo_lazy.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
     ("benchmarks/offline_update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("benchmarks/update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("modules/networks.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
+    ("trainer/optim.py", "torch._foreach_add_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_lerp_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_mul_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_addcmul_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_sqrt"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_div_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._foreach_addcdiv_"): _JOINT_ADAM,
+    ("trainer/optim.py", "torch._fused_adam_"): "the kernel of Adam(fused=True), once for several groups",
+    ("record/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
     ("modules/cnn.py", "obs._version"): "a tensor's in-place version counter (torch has no public one)",
     ("modules/cnn.py", "p._version"): "a tensor's in-place version counter (torch has no public one)",
     ("launch/local.py", "super()._executor"): "the method it overrides (its own class hierarchy)",
