@@ -158,13 +158,13 @@ class MultiCollector(FrameSource):
         env_bytes = cloudpickle.dumps(env_fn)
         atexit.register(_shutdown_ref, weakref.ref(self))
         try:
-            for w in range(workers):
-                p = ctx.Process(target=_worker, name=f"rlrun-collector-{w}", args=(
-                    w, workers, env_bytes, self._shared, method, options, self._seq, self._cmd_qs[w],
-                    self._res_q))
-                with stop_signals_blocked():  # and the first start, the forkserver
+            with stop_signals_blocked():  # the first start also starts the forkserver
+                for w in range(workers):
+                    p = ctx.Process(target=_worker, name=f"rlrun-collector-{w}", args=(
+                        w, workers, env_bytes, self._shared, method, options, self._seq, self._cmd_qs[w],
+                        self._res_q))
                     p.start()
-                self._procs.append(p)
+                    self._procs.append(p)
             specs = [self._wait("spec")[2] for _ in range(workers)]
             self.num_envs = int(specs[0].pop("num_envs"))
             width = self.num_envs * (workers if mode == "sync" else rollouts_per_batch)

@@ -33,6 +33,10 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGUSR1"
 REASON_PREFIX = "signal "
 
 
+_OUTLIVED = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)
+_at_fork_registered = False
+
+
 def _ignore(signum: int, frame: Any) -> None:
     """The stop signals' handler in rlrun's child processes: nothing (the main process decides)."""
 
@@ -40,10 +44,6 @@ def _ignore(signum: int, frame: Any) -> None:
 def _default_stop_signals_in_child() -> None:
     for sig in _OUTLIVED:
         signal.signal(sig, signal.SIG_DFL)
-
-
-_OUTLIVED = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)
-_at_fork_registered = False
 
 
 def survive_stop_signals() -> None:
