@@ -8,7 +8,7 @@ episode and both sides reset), 3 agents, continuous actions:
 - *rlrun*: ``VmasEnv.step`` (actions stacked ``[envs, agents, 2]``; observations and
   rewards stacked along the agent dim; terminated/truncated apart; the true final
   observation kept and ended envs reset).
-- *collector*: rlrun's ``VmasCollector`` (what a MARL run collects with) over that env,
+- *collector*: rlrun's ``SyncCollector`` (what a MARL run collects with, as ``collector=vmas``) over that env,
   one 100-step batch per repetition into its preallocated ``[envs, 100]`` TensorDict
   (per-agent data under ``agents``, the global state, episode statistics, trajectory ids),
   with a random policy.
@@ -71,7 +71,7 @@ def _rlrun(num_envs: int):
 
 
 def _collector(num_envs: int):
-    from rlrun.collectors.vmas import VmasCollector
+    from rlrun.collectors.sync import SyncCollector
     from rlrun.envs.vmas import VmasEnv
 
     env = VmasEnv(SCENARIO, num_envs=num_envs, max_steps=STEPS, seed=0, n_agents=N_AGENTS)
@@ -81,7 +81,7 @@ def _collector(num_envs: int):
         return {"action": torch.rand(num_envs, N_AGENTS, dim) * 2 - 1}
 
     frames = num_envs * STEPS
-    coll = VmasCollector(env, policy, frames_per_batch=frames, total_frames=10**12)
+    coll = SyncCollector(env, policy, frames_per_batch=frames, total_frames=10**12)
 
     def rollout() -> None:
         batch = coll.collect()

@@ -22,8 +22,6 @@ from rlrun.core.specs import GROUP, EnvSpec
 GROUP_COLLECTED_KEYS: frozenset[str] = collected_keys(EnvSpec((1,), "float32", False, 1, group=GROUP,
                                                               state_shape=(1,)))
 
-VmasCollector = SyncCollector  # the name it had while agent groups had a collector of their own
-
 
 @register("collector", "vmas")
 def make_vmas_collector(env: VecEnv, policy, frames_per_batch: PositiveInt, total_frames: int,

@@ -357,12 +357,13 @@ vmas = pytest.importorskip("vmas")
 
 
 def test_vmas_collector_batches_follow_the_group_layout_and_count_team_returns():
-    from rlrun.collectors.vmas import GROUP_COLLECTED_KEYS, VmasCollector
+    from rlrun.collectors.sync import SyncCollector
+    from rlrun.collectors.vmas import GROUP_COLLECTED_KEYS
     from rlrun.envs.vmas import VmasEnv
 
     env = VmasEnv("navigation", num_envs=2, max_steps=5, seed=0)
     policy = group_actor_critic(env.spec, hidden=[8])
-    coll = VmasCollector(env, policy.behaviour(), frames_per_batch=20, total_frames=40, seed=3)
+    coll = SyncCollector(env, policy.behaviour(), frames_per_batch=20, total_frames=40, seed=3)
     batches = list(coll)
     assert len(batches) == 2 and coll.frames == 40
     batch = batches[0]

@@ -198,10 +198,9 @@ def test_every_source_meets_the_source_protocol():
     from rlrun.collectors.multiprocess import MultiCollector
     from rlrun.collectors.ray_actors import RayCollector
     from rlrun.collectors.sync import SyncCollector
-    from rlrun.collectors.vmas import VmasCollector
     from rlrun.core.contracts import Source, protocol_members
 
-    for cls in (SyncCollector, VmasCollector, MultiCollector, RayCollector, DatasetSource, OnlineDTSource):
+    for cls in (SyncCollector, MultiCollector, RayCollector, DatasetSource, OnlineDTSource):
         declared = {n for c in cls.__mro__ for n in [*vars(c), *getattr(c, "__annotations__", {})]}
         instance_set = {"frames", "total_frames", "policy_version"}  # set in __init__
         missing = set(protocol_members(Source)) - declared - instance_set
