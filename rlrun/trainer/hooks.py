@@ -16,6 +16,7 @@ names both hooks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -27,7 +28,7 @@ from tensordict import TensorDict
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
-from rlrun.objectives.gae import gae
+from rlrun.objectives.gae import gae, load_if_it_pays
 
 
 class Trainer(Protocol):
@@ -309,7 +310,9 @@ class GAE(Hook):
                      for role, key in GAE_KEYS.items()} | (keys or {})
         self._done_for: int | None = None
         # numba loads on the first batch too large for gae's numpy path (not here): a short run of
-        # small batches never pays its ~1 s import
+        # small batches never pays its ~1 s import; a long one loads it after its first call
+        # (``_foresee``) rather than after the numpy path's budget
+        self._foreseen = False
 
     @staticmethod
     def check_options(node: dict, key: str) -> None:
@@ -337,11 +340,26 @@ class GAE(Hook):
         with torch.no_grad():
             value = value_of(self._get(batch, "observation"))
             next_value = value_of(self._get(batch, "next_observation"))
+        start = time.perf_counter()
         adv, target = gae(self._get(batch, "reward").squeeze(-1), value, next_value,
                           self._get(batch, "terminated").squeeze(-1), self._get(batch, "done").squeeze(-1),
                           self.gamma, self.lmbda, agents=True if self.group else None)
+        if not self._foreseen:
+            self._foreseen = True
+            self._foresee(trainer, batch, time.perf_counter() - start)
         batch.set(tuple(self.keys["advantage"].split(".")), adv.to(value.device))
         batch.set(tuple(self.keys["value_target"].split(".")), target.to(value.device))
+
+
+    def _foresee(self, trainer, batch: TensorDict, seconds: float) -> None:
+        """After the run's first call: the calls a frame budget has left, so that a run long
+        enough to spend gae's numpy budget loads the kernel now (``load_if_it_pays``)."""
+        budget, frames = getattr(trainer, "budget", None), batch.numel()
+        if budget is None or budget.unit != "frames" or frames == 0:
+            return  # an update budget: its batches' count is not known here
+        batches = -(-max(budget.total - trainer.clock, 0) // frames)  # after this one
+        per_batch = getattr(trainer, "epochs_per_batch", 1) if self.every_epoch else 1
+        load_if_it_pays(seconds, batches * per_batch)
 
 
 class TargetUpdate(Hook):

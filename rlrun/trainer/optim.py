@@ -310,6 +310,7 @@ class FlatAdam:
         self.clip: float | None = getattr(opt, "max_grad_norm", None)
         self.norm: Tensor | None = None  # the last step's total gradient norm (when it clips)
         self._first: Tensor | None = None  # the first parameter's exp_avg view while linked
+        self.off = False  # the parameters' step counts differ: torch steps them
 
     @staticmethod
     def fits(opt: torch.optim.Optimizer) -> bool:
@@ -332,9 +333,11 @@ class FlatAdam:
         state = self.opt.state
         params = self.params
         if any(len(state[p]) and set(state[p]) != {"step", "exp_avg", "exp_avg_sq"} for p in params):
+            self.off = True
             return False
         steps = {float(state[p]["step"]) for p in params if len(state[p])}
         if len(steps) > 1 or (steps and any(len(state[p]) == 0 for p in params)):
+            self.off = True  # one bias correction no longer fits every parameter: torch's step from now on
             return False
         dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
         total = sum(self.sizes)
@@ -357,9 +360,14 @@ class FlatAdam:
     def step(self) -> bool:
         """Clips (if the group does) and steps; False where torch must step instead."""
         opt, params = self.opt, self.params
+        if self.off:
+            return False
         if ("step" in vars(opt) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
                 or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks
                 or torch.compiler.is_compiling() or any(p.grad is None for p in params)):
+            # torch steps: where it skips a parameter without a gradient, the step counts part,
+            # which the next step's relink finds
+            self._first = None
             return False
         state0 = opt.state.get(params[0])  # torch's load_state_dict replaces the state: link it again
         linked = self._first is not None and state0 is not None and state0.get("exp_avg") is self._first
