@@ -131,8 +131,12 @@ class OptimizerStep:
 
     def step(self, losses: dict[str, Tensor]) -> None:
         total = sum(v for k, v in losses.items() if k.startswith("loss_"))
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
+        if self._flat is not None:  # zero_grad(set_to_none=True) without its ~25 us of wrapping
+            for p in self._flat.params:
+                p.grad = None
+        else:
+            for opt in self.optimizers.values():
+                opt.zero_grad(set_to_none=True)
         total.backward()
         if self._flat is not None and self._flat.step():
             if self._flat.norm is not None:
