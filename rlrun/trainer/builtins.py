@@ -53,6 +53,8 @@ class DivergenceGuard(Hook):
     nor saves: the last checkpoint stays the last finite one.
     """
 
+    reads_losses_only = True
+
     def __init__(self, loss: Any):
         self.params = [p for p in loss.parameters()]
         self._bad: dict[str, Tensor] = {}

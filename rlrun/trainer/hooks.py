@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlrun.buffers.replay import ReplayBuffer
+from rlrun.buffers.samplers import PrioritizedSampler
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
@@ -132,10 +134,15 @@ class Hook:
         after: Names of hooks that must run before this one at every point both use.
         every: ``{point: Every(...) or an interval}``: the trainer calls those points only when
             their clock crosses a multiple of the interval (``dispatch``); hooks count nothing.
+        reads_losses_only: Its ``post_loss`` reads the losses, not the minibatch. On-policy
+            minibatches hold only the keys the loss and the hooks' ``io`` read, unless a hook
+            with a ``post_loss`` or ``process_optim_batch`` neither declares nor sets this.
     """
 
     after: ClassVar[tuple[str, ...]] = ()
     every: dict[str, Every | int] = {}
+    # its post_loss reads the losses, never the minibatch (which may then hold only declared reads)
+    reads_losses_only: ClassVar[bool] = False
 
     def io(self) -> IO:
         """Batch keys read and written, by point: ``{point: (reads, writes)}`` (dotted nested keys)."""
@@ -205,6 +212,41 @@ class OnPolicyMinibatches(_BufferHook):
         self._stored_for: tuple | None = None  # (trainer.batches, id) of the stored batch
         self._stored: dict = {}  # key -> the batch's tensor object that was stored
         self._index: torch.Tensor | None = None  # the rows it was written at
+        self._reads: list[tuple[str, ...]] | None | bool = None  # what minibatches hold (_minibatch_keys)
+
+    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        """The buffer's next minibatch, holding only what the loss and the hooks read from it.
+
+        The rows and the generator's draws are ``buffer.sample()``'s; gathering the loss's five
+        columns rather than all eleven a batch holds took ~90 us against ~170 us a minibatch.
+        """
+        buf = trainer.buffer
+        keys = self._minibatch_keys(trainer)
+        if keys is False or type(buf) is not ReplayBuffer or isinstance(buf.sampler, PrioritizedSampler):
+            return buf.sample()
+        index = buf.sampler.sample(len(buf), buf.batch_size, buf.generator)
+        storage = buf.storage
+        sub = storage.data.select(*keys)[index.to(storage.device)].to(buf.device)
+        sub.set("index", index.to(buf.device))
+        return sub
+
+    def _minibatch_keys(self, trainer) -> list[tuple[str, ...]] | bool:
+        """The loss's reads and what other hooks declare they read from minibatches (``io``); False
+        (whole rows) where a hook reads minibatches without declaring what."""
+        if self._reads is None:
+            # no hooks to ask (a bare trainer): whole rows
+            reads, undeclared = set(self.stores), not hasattr(trainer, "hooks")
+            for hook in getattr(trainer, "hooks", {}).values():
+                if hook is self:
+                    continue
+                io = hook.io()
+                for point in ("process_optim_batch", "post_loss"):
+                    declared = point in io
+                    reads.update(io.get(point, ((), ()))[0])
+                    own = getattr(type(hook), point) is not getattr(Hook, point)
+                    undeclared |= own and not declared and not hook.reads_losses_only
+            self._reads = False if undeclared or not reads else [tuple(k.split(".")) for k in sorted(reads)]
+        return self._reads
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         # the batch count: a collector may refill one TensorDict in place for every batch
@@ -414,6 +456,8 @@ class TrainStats(Hook):
     ``collector/policy_lag``: the learner's version when the batch reaches it,
     minus the batch's mean version (0 for ``multi_sync``).
     """
+
+    reads_losses_only = True
 
     def __init__(self):
         self._sums: dict[str, torch.Tensor] = {}
