@@ -59,7 +59,6 @@ def run_layers(net: nn.Module, layers: tuple[nn.Module, ...] | None, x: Tensor) 
     if (layers is None or layers[0] is not net
             or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
             or torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks
-            or torch._C._get_tracing_state()
             or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
                    for m in layers)):
         return net(x)
