@@ -67,7 +67,11 @@ class PPOLoss(Loss):
         dist = self.policy.actor.dist(obs)
         out = clipped_surrogate(dist.log_prob(td[key("action")]) - td[key("sample_log_prob")],
                                 td[key("advantage")], self.clip_epsilon, self.normalize_advantage)
-        entropy = dist.entropy().mean()
+        if self.entropy_coef == 0:  # no bonus: its -0 * gradient adds nothing, so leave it out of the graph
+            with torch.no_grad():
+                entropy = dist.entropy().mean()
+        else:
+            entropy = dist.entropy().mean()
         value = self.policy.value(obs)
         if self.critic_loss == "l2":
             value_error = 0.5 * (value - td[key("value_target")]).pow(2).mean()

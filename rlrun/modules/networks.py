@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
+from torch.nn.modules import module as torch_module
 
 from rlrun.core.registry import Range
 
@@ -36,6 +37,34 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int | None, activation: str = "
     if out_dim is not None:
         layers.append(_init(nn.Linear(dims[-1], out_dim), out_gain, orthogonal))
     return nn.Sequential(*layers)
+
+
+# Layer types whose ``forward`` is all their call does when no hook is registered (``run_layers``)
+_PLAIN_LAYERS = (nn.Linear, *ACTIVATIONS.values())
+
+
+def plain_layers(net: nn.Module) -> tuple[nn.Module, ...] | None:
+    """The layers of a ``Sequential`` of Linear layers and activations (what ``mlp`` builds), in
+    order, for ``run_layers``; None for any other network (it is then called as usual)."""
+    if type(net) is not nn.Sequential or not all(type(m) in _PLAIN_LAYERS for m in net):
+        return None
+    return (net, *net)
+
+
+def run_layers(net: nn.Module, layers: tuple[nn.Module, ...] | None, x: Tensor) -> Tensor:
+    """``net(x)``, calling each layer's ``forward`` directly when ``layers`` (``plain_layers``) is set
+    and no module hook is registered: the same ops, without ``nn.Module.__call__``'s dispatch per
+    layer, which costs more than a 64-wide layer's arithmetic at the collector's 8 rows (measured
+    46 us against 73 us for a 64x64 tanh MLP on a loaded 2-core machine)."""
+    if (layers is None or layers[0] is not net
+            or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
+            or torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks
+            or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                   for m in layers)):
+        return net(x)
+    for m in layers[1:]:
+        x = m.forward(x)
+    return x
 
 
 def _activation(name: str) -> nn.Module:
@@ -100,6 +129,7 @@ class Actor(nn.Module):
         super().__init__()
         self.net, self.head, self.normalizer = net, head, normalizer
         self.min_log_std, self.max_log_std = min_log_std, max_log_std
+        self._layers = plain_layers(net)
         if head == "normal":
             self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
         elif head not in ("categorical", "tanh_normal", "deterministic"):
@@ -107,7 +137,8 @@ class Actor(nn.Module):
 
     def features(self, obs: Tensor) -> Tensor:
         obs = obs.float()
-        return self.net(self.normalizer(obs) if self.normalizer is not None else obs)
+        return run_layers(self.net, self._layers,
+                          self.normalizer(obs) if self.normalizer is not None else obs)
 
     def dist(self, obs: Tensor) -> Distribution:
         """The action distribution (pre-squash Normal for tanh_normal)."""
@@ -162,6 +193,8 @@ class Actor(nn.Module):
             noise = torch.randn_like(mean)
             log_prob = (-0.5 * noise.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
             return {"action": mean + self.log_std.exp() * noise, "sample_log_prob": log_prob}
+        if self.head == "categorical":
+            return _categorical_explore(self.features(obs))
         action, log_prob = self.sample(obs)
         if self.head == "tanh_normal":  # off-policy: the log-prob is never read back
             return {"action": action}
@@ -179,16 +212,31 @@ class Actor(nn.Module):
         return torch.tanh(out)
 
 
+def _categorical_explore(logits: Tensor) -> dict[str, Tensor]:
+    """``Categorical(logits)``'s ``sample()`` and its ``log_prob``, op for op as torch.distributions
+    computes them (the same draws from the same generator, the same bits), without building the
+    distribution: at the collector's few rows its Python cost (~100 us a step, measured) exceeded
+    the ops'."""
+    logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical.__init__
+    n = logits.shape[-1]
+    probs = nn.functional.softmax(logits, dim=-1)  # the probs property (logits_to_probs)
+    action = torch.multinomial(probs.reshape(-1, n), 1, True).T.reshape(logits.shape[:-1])
+    index, log_pmf = torch.broadcast_tensors(action.long().unsqueeze(-1), logits)  # log_prob
+    return {"action": action, "sample_log_prob": log_pmf.gather(-1, index[..., :1]).squeeze(-1)}
+
+
 class ValueCritic(nn.Module):
     """State value V(s)."""
 
     def __init__(self, net: nn.Module, normalizer: ObservationNormalizer | None = None):
         super().__init__()
         self.net, self.normalizer = net, normalizer
+        self._layers = plain_layers(net)
 
     def forward(self, obs: Tensor) -> Tensor:
         obs = obs.float()
-        return self.net(self.normalizer(obs) if self.normalizer is not None else obs).squeeze(-1)
+        return run_layers(self.net, self._layers,
+                          self.normalizer(obs) if self.normalizer is not None else obs).squeeze(-1)
 
 
 class TwinQCritic(nn.Module):

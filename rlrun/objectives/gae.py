@@ -61,6 +61,19 @@ def _kernel_loaded() -> bool:
     return "rlrun.objectives._gae_kernel" in sys.modules
 
 
+def load_if_it_pays(seconds_per_call: float, calls: int) -> bool:
+    """Loads the kernel now when ``calls`` more calls at ``seconds_per_call`` on the numpy path
+    would spend more than that path's budget (``NUMPY_BUDGET_S``, after which ``gae`` loads the
+    kernel anyway): a run that knows its length then pays numba's load once, at its start,
+    instead of the numpy path's budget and then the load. Returns whether the kernel is loaded."""
+    if _kernel_loaded():
+        return True
+    if seconds_per_call * calls <= NUMPY_BUDGET_S - _numpy_spent_s:
+        return False
+    warm_up()
+    return _kernel_loaded()
+
+
 def warm_up() -> None:
     """Loads (or compiles) the kernel now, so the first training batch does not pay for it."""
     if _numba_kernel() is not None:

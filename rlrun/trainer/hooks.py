@@ -16,6 +16,7 @@ names both hooks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -24,10 +25,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlrun.buffers.replay import ReplayBuffer
+from rlrun.buffers.samplers import PrioritizedSampler
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
-from rlrun.objectives.gae import gae
+from rlrun.objectives.gae import gae, load_if_it_pays
 
 
 class Trainer(Protocol):
@@ -131,10 +134,15 @@ class Hook:
         after: Names of hooks that must run before this one at every point both use.
         every: ``{point: Every(...) or an interval}``: the trainer calls those points only when
             their clock crosses a multiple of the interval (``dispatch``); hooks count nothing.
+        reads_losses_only: Its ``post_loss`` reads the losses, not the minibatch. On-policy
+            minibatches hold only the keys the loss and the hooks' ``io`` read, unless a hook
+            with a ``post_loss`` or ``process_optim_batch`` neither declares nor sets this.
     """
 
     after: ClassVar[tuple[str, ...]] = ()
     every: dict[str, Every | int] = {}
+    # its post_loss reads the losses, never the minibatch (which may then hold only declared reads)
+    reads_losses_only: ClassVar[bool] = False
 
     def io(self) -> IO:
         """Batch keys read and written, by point: ``{point: (reads, writes)}`` (dotted nested keys)."""
@@ -204,6 +212,41 @@ class OnPolicyMinibatches(_BufferHook):
         self._stored_for: tuple | None = None  # (trainer.batches, id) of the stored batch
         self._stored: dict = {}  # key -> the batch's tensor object that was stored
         self._index: torch.Tensor | None = None  # the rows it was written at
+        self._reads: list[tuple[str, ...]] | None | bool = None  # what minibatches hold (_minibatch_keys)
+
+    def process_optim_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        """The buffer's next minibatch, holding only what the loss and the hooks read from it.
+
+        The rows and the generator's draws are ``buffer.sample()``'s; gathering the loss's five
+        columns rather than all eleven a batch holds took ~90 us against ~170 us a minibatch.
+        """
+        buf = trainer.buffer
+        keys = self._minibatch_keys(trainer)
+        if keys is False or type(buf) is not ReplayBuffer or isinstance(buf.sampler, PrioritizedSampler):
+            return buf.sample()
+        index = buf.sampler.sample(len(buf), buf.batch_size, buf.generator)
+        storage = buf.storage
+        sub = storage.data.select(*keys)[index.to(storage.device)].to(buf.device)
+        sub.set("index", index.to(buf.device))
+        return sub
+
+    def _minibatch_keys(self, trainer) -> list[tuple[str, ...]] | bool:
+        """The loss's reads and what other hooks declare they read from minibatches (``io``); False
+        (whole rows) where a hook reads minibatches without declaring what."""
+        if self._reads is None:
+            # no hooks to ask (a bare trainer): whole rows
+            reads, undeclared = set(self.stores), not hasattr(trainer, "hooks")
+            for hook in getattr(trainer, "hooks", {}).values():
+                if hook is self:
+                    continue
+                io = hook.io()
+                for point in ("process_optim_batch", "post_loss"):
+                    declared = point in io
+                    reads.update(io.get(point, ((), ()))[0])
+                    own = getattr(type(hook), point) is not getattr(Hook, point)
+                    undeclared |= own and not declared and not hook.reads_losses_only
+            self._reads = False if undeclared or not reads else [tuple(k.split(".")) for k in sorted(reads)]
+        return self._reads
 
     def pre_epoch(self, trainer, batch: TensorDict) -> None:
         # the batch count: a collector may refill one TensorDict in place for every batch
@@ -309,7 +352,9 @@ class GAE(Hook):
                      for role, key in GAE_KEYS.items()} | (keys or {})
         self._done_for: int | None = None
         # numba loads on the first batch too large for gae's numpy path (not here): a short run of
-        # small batches never pays its ~1 s import
+        # small batches never pays its ~1 s import; a long one loads it after its first call
+        # (``_foresee``) rather than after the numpy path's budget
+        self._foreseen = False
 
     @staticmethod
     def check_options(node: dict, key: str) -> None:
@@ -337,11 +382,26 @@ class GAE(Hook):
         with torch.no_grad():
             value = value_of(self._get(batch, "observation"))
             next_value = value_of(self._get(batch, "next_observation"))
+        start = time.perf_counter()
         adv, target = gae(self._get(batch, "reward").squeeze(-1), value, next_value,
                           self._get(batch, "terminated").squeeze(-1), self._get(batch, "done").squeeze(-1),
                           self.gamma, self.lmbda, agents=True if self.group else None)
+        if not self._foreseen:
+            self._foreseen = True
+            self._foresee(trainer, batch, time.perf_counter() - start)
         batch.set(tuple(self.keys["advantage"].split(".")), adv.to(value.device))
         batch.set(tuple(self.keys["value_target"].split(".")), target.to(value.device))
+
+
+    def _foresee(self, trainer, batch: TensorDict, seconds: float) -> None:
+        """After the run's first call: the calls a frame budget has left, so that a run long
+        enough to spend gae's numpy budget loads the kernel now (``load_if_it_pays``)."""
+        budget, frames = getattr(trainer, "budget", None), batch.numel()
+        if budget is None or budget.unit != "frames" or frames == 0:
+            return  # an update budget: its batches' count is not known here
+        batches = -(-max(budget.total - trainer.clock, 0) // frames)  # after this one
+        per_batch = getattr(trainer, "epochs_per_batch", 1) if self.every_epoch else 1
+        load_if_it_pays(seconds, batches * per_batch)
 
 
 class TargetUpdate(Hook):
@@ -396,6 +456,8 @@ class TrainStats(Hook):
     ``collector/policy_lag``: the learner's version when the batch reaches it,
     minus the batch's mean version (0 for ``multi_sync``).
     """
+
+    reads_losses_only = True
 
     def __init__(self):
         self._sums: dict[str, torch.Tensor] = {}

@@ -100,6 +100,11 @@ class OptimizerStep:
             self.optimizers[g].max_grad_norm = gclip  # per-group clip, kept beside the optimizer
         self.base_lrs = {g: [pg["lr"] for pg in o.param_groups] for g, o in self.optimizers.items()}
         self._adam_together = _can_step_together(list(self.optimizers.values()))
+        # one optimiser (PPO, A2C, IMPALA): its Adam steps on flat buffers (``FlatAdam``)
+        self._flat = None
+        if len(self.optimizers) == 1:
+            ((group, only),) = self.optimizers.items()
+            self._flat = FlatAdam(group, only) if FlatAdam.fits(only) else None
         self.last_grad_norms: dict[str, Tensor] = {}
         self.progress = 0.0  # of the training budget, fed by ``anneal``
         self._apply_schedule()
@@ -126,9 +131,18 @@ class OptimizerStep:
 
     def step(self, losses: dict[str, Tensor]) -> None:
         total = sum(v for k, v in losses.items() if k.startswith("loss_"))
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
+        if self._flat is not None:  # zero_grad(set_to_none=True) without its ~25 us of wrapping
+            for p in self._flat.params:
+                p.grad = None
+        else:
+            for opt in self.optimizers.values():
+                opt.zero_grad(set_to_none=True)
         total.backward()
+        if self._flat is not None and self._flat.step():
+            if self._flat.norm is not None:
+                self.last_grad_norms[self._flat.group] = self._flat.norm
+            self._after_step()
+            return
         stepping = []
         for g, opt in self.optimizers.items():
             params = self.params[g]
@@ -141,6 +155,9 @@ class OptimizerStep:
         if not (self._adam_together and adam_together(stepping)):
             for opt in stepping:
                 step_without_dynamo(opt)
+        self._after_step()
+
+    def _after_step(self) -> None:
         self.updates += 1
         if self.lr_schedule == "warmup" and self.updates <= self.warmup_steps:
             self._apply_schedule()  # per update until the warm-up ends; constant after
@@ -270,6 +287,121 @@ def _multi_tensor_adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list
     torch._foreach_div_(denom, bias_correction2_sqrt)
     torch._foreach_add_(denom, eps)
     torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
+
+
+class FlatAdam:
+    """One torch ``foreach`` Adam's step (with its group's gradient-norm clip) on flat buffers.
+
+    torch's CPU ``foreach`` kernels loop over the tensors one by one, so a step of PPO's 12
+    small tensors is ~300 op dispatches (clip ~100), which cost far more than the arithmetic.
+    Here the moments and step counts live in one flat buffer each (the optimiser's state holds
+    views of them, so its ``state_dict``, torch's own ``step`` and checkpoints see the usual
+    per-parameter tensors); gradients and parameters are gathered into flat buffers, Adam runs
+    as one op per line of torch's ``_multi_tensor_adam`` on them, and the parameters are copied
+    back. Each element goes through the same float operations as in torch's per-tensor kernels,
+    so the weights are bit-identical (``tests/trainer/test_optim_flat.py``); a step measured
+    ~0.3 ms against ~0.8 ms (clip + Adam, 2-core machine).
+
+    ``step`` returns False (nothing done) where torch must step itself: a parameter without a
+    gradient, a step hook or compiled ``step``, or state that is not this one's (after a load,
+    until ``relink``).
+    """
+
+    def __init__(self, group: str, opt: torch.optim.Optimizer):
+        self.group, self.opt = group, opt
+        self.params: list[Tensor] = list(opt.param_groups[0]["params"])
+        self.sizes = [p.numel() for p in self.params]
+        self.clip: float | None = getattr(opt, "max_grad_norm", None)
+        self.norm: Tensor | None = None  # the last step's total gradient norm (when it clips)
+        self._first: Tensor | None = None  # the first parameter's exp_avg view while linked
+        self.off = False  # the parameters' step counts differ: torch steps them
+
+    @staticmethod
+    def fits(opt: torch.optim.Optimizer) -> bool:
+        """A foreach Adam whose step ``FlatAdam`` reproduces exactly: one group, no weight decay,
+        amsgrad, maximize, capturable or differentiable, float hyperparameters, dense CPU float32
+        parameters."""
+        if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
+            return False
+        pg = opt.param_groups[0]
+        return (pg["foreach"] is True and not pg["fused"] and pg["weight_decay"] == 0 and not pg["amsgrad"]
+                and not pg["maximize"] and not pg["capturable"] and not pg["differentiable"]
+                and not any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"], pg["eps"]))
+                and len(pg["params"]) > 0
+                and all(p.device.type == "cpu" and p.dtype == torch.float32 and p.layout == torch.strided
+                        for p in pg["params"]))
+
+    def relink(self) -> bool:
+        """Puts the optimiser's state (fresh, or loaded) into flat buffers of which it then holds
+        views; False where the per-parameter step counts differ (torch then steps itself)."""
+        state = self.opt.state
+        params = self.params
+        if any(len(state[p]) and set(state[p]) != {"step", "exp_avg", "exp_avg_sq"} for p in params):
+            self.off = True
+            return False
+        steps = {float(state[p]["step"]) for p in params if len(state[p])}
+        if len(steps) > 1 or (steps and any(len(state[p]) == 0 for p in params)):
+            self.off = True  # one bias correction no longer fits every parameter: torch's step from now on
+            return False
+        dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+        total = sum(self.sizes)
+        self.flat_p, self.flat_g = torch.empty(total), torch.empty(total)
+        self.exp_avg, self.exp_avg_sq = torch.zeros(total), torch.zeros(total)
+        self.steps = torch.full((len(params),), steps.pop() if steps else 0.0, dtype=dtype)
+        self.p_views, self.g_views = self._views(self.flat_p), self._views(self.flat_g)
+        for i, (p, m, v) in enumerate(zip(params, self._views(self.exp_avg), self._views(self.exp_avg_sq))):
+            if len(state[p]):
+                m.copy_(state[p]["exp_avg"])
+                v.copy_(state[p]["exp_avg_sq"])
+            state[p] = {"step": self.steps[i], "exp_avg": m, "exp_avg_sq": v}  # views: one state
+        self._first = state[params[0]]["exp_avg"]
+        return True
+
+    def _views(self, flat: Tensor) -> list[Tensor]:
+        return [t.view_as(p) for t, p in zip(flat.split(self.sizes), self.params)]
+
+    @torch.no_grad()
+    def step(self) -> bool:
+        """Clips (if the group does) and steps; False where torch must step instead."""
+        opt, params = self.opt, self.params
+        if self.off:
+            return False
+        if ("step" in vars(opt) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks
+                or torch.compiler.is_compiling() or any(p.grad is None for p in params)):
+            # torch steps: where it skips a parameter without a gradient, the step counts part,
+            # which the next step's relink finds
+            self._first = None
+            return False
+        state0 = opt.state.get(params[0])  # torch's load_state_dict replaces the state: link it again
+        linked = self._first is not None and state0 is not None and state0.get("exp_avg") is self._first
+        if not (linked or self.relink()):
+            return False
+        grads = [p.grad for p in params]
+        if any(g.is_sparse for g in grads):
+            return False
+        flat_g = self.flat_g
+        torch.cat([g.reshape(-1) for g in grads], out=flat_g)
+        if self.clip is not None:  # nn.utils.clip_grad_norm_'s arithmetic on the same elements
+            norms = torch._foreach_norm(self.g_views, 2.0)
+            self.norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+            flat_g.mul_(torch.clamp(self.clip / (self.norm + 1e-6), max=1.0))
+        else:
+            self.norm = None
+        pg = opt.param_groups[0]
+        beta1, beta2 = pg["betas"]
+        torch.cat([p.reshape(-1) for p in params], out=self.flat_p)
+        # torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay), line by line
+        self.steps.add_(1.0)
+        n = self.steps[0].item()  # a CPU tensor: no device sync
+        self.exp_avg.lerp_(flat_g, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(flat_g, flat_g, value=1 - beta2)
+        denom = self.exp_avg_sq.sqrt()
+        denom.div_((1 - beta2 ** n) ** 0.5).add_(pg["eps"])
+        self.flat_p.addcdiv_(self.exp_avg, denom, value=(pg["lr"] / (1 - beta1 ** n)) * -1)
+        torch._foreach_copy_(params, self.p_views)
+        opt._optimizer_step_code()
+        return True
 
 
 def step_without_dynamo(opt: torch.optim.Optimizer) -> None:

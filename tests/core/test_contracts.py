@@ -19,6 +19,9 @@ PACKAGE = Path(rlrun.__file__).parent
 # ``obj._name`` on anything but self/cls, allowed where the object is not rlrun's: each entry is
 # (module, the expression as ast.unparse writes it) and why it has no public alternative.
 _JOINT_ADAM = "Adam's foreach step over several groups at once (torch's multi-tensor ops: no public name)"
+# run_layers calls an MLP's layers' forward directly only where nn.Module.__call__ would (no hook
+# registered): the same test __call__ makes, on the same (private) hook dicts
+_MODULE_HOOKS = "nn.Module.__call__'s own no-hook test, before calling layers' forward directly"
 ALLOWED_PRIVATE = {
     ("core/dynamo_lazy.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
     ("benchmarks/offline_update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
@@ -32,6 +35,14 @@ ALLOWED_PRIVATE = {
     ("trainer/optim.py", "torch._foreach_div_"): _JOINT_ADAM,
     ("trainer/optim.py", "torch._foreach_addcdiv_"): _JOINT_ADAM,
     ("trainer/optim.py", "torch._fused_adam_"): "the kernel of Adam(fused=True), once for several groups",
+    ("trainer/optim.py", "torch._foreach_norm"): "clip_grad_norm_'s per-tensor norms in one call (FlatAdam)",
+    ("trainer/optim.py", "torch._foreach_copy_"): "FlatAdam: parameters back from its flat buffer at once",
+    **{("modules/networks.py", f"{obj}.{hooks}"): _MODULE_HOOKS
+       for obj, kinds in (("torch_module", ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                            "_global_backward_hooks", "_global_backward_pre_hooks")),
+                          ("m", ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                 "_backward_pre_hooks")))
+       for hooks in kinds},
     ("record/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
     ("modules/cnn.py", "obs._version"): "a tensor's in-place version counter (torch has no public one)",
     ("modules/cnn.py", "p._version"): "a tensor's in-place version counter (torch has no public one)",

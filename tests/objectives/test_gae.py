@@ -258,3 +258,32 @@ def test_without_a_fused_kernel_small_batches_take_the_kernel(monkeypatch):
     x, f = torch.ones(2, 8), torch.zeros(2, 8, dtype=torch.bool)
     gae(x, x, x, f, f, 0.9, 0.9)
     assert len(calls) == 1
+
+
+def test_a_run_long_enough_loads_the_kernel_at_its_first_call(monkeypatch):
+    """The GAE hook projects the numpy path over the calls its frame budget has left: PPO's
+    100k-frame CartPole run (97 more batches x 10 epochs at ~1 ms) loads the kernel at once rather
+    than after spending the numpy budget; a short run never loads it."""
+    from types import SimpleNamespace
+
+    import rlrun.objectives.gae as module
+    from rlrun.trainer.hooks import GAE
+    from rlrun.trainer.loop import Budget
+
+    loads = []
+    monkeypatch.setattr(module, "_kernel_loaded", lambda: bool(loads))
+    monkeypatch.setattr(module, "warm_up", lambda: loads.append(True))
+    monkeypatch.setattr(module, "_numpy_spent_s", 0.0)
+    assert not module.load_if_it_pays(1e-3, 100) and not loads  # 0.1 s: within the numpy budget
+    assert module.load_if_it_pays(1e-3, 970) and loads == [True]
+
+    seen = []
+    monkeypatch.setattr("rlrun.trainer.hooks.load_if_it_pays", lambda s, calls: seen.append(calls))
+    batch = torch.zeros(8, 128)  # only its frame count is read
+    for every_epoch, total, expected in ((True, 100_000, 970), (False, 100_000, 97), (True, 1024, 0)):
+        trainer = SimpleNamespace(budget=Budget("frames", total), clock=1024, epochs_per_batch=10)
+        hook = GAE(0.99, every_epoch=every_epoch)
+        hook._foresee(trainer, batch, 1e-3)
+        assert seen.pop() == expected
+    GAE(0.99)._foresee(SimpleNamespace(budget=Budget("updates", 500), clock=0), batch, 1e-3)
+    assert not seen  # an update budget says nothing about batches

@@ -148,3 +148,24 @@ def test_the_buffer_hook_follows_the_losss_declaration():
     assert isinstance(on["buffer"][0], OnPolicyMinibatches) and isinstance(off["buffer"][0], OffPolicyReplay)
     assert on["buffer"][0].stores == PPOLoss.reads and off["buffer"][0].stores == SACLoss.reads
     assert isinstance(on["divergence"][0], DivergenceGuard) and list(on) == ["buffer", "divergence"]
+
+
+def test_a_steps_scalar_terms_are_checked_together_and_named_apart():
+    """Issue #27: one stacked finiteness check per step, per set of terms (TD3's actor term comes
+    every other step), still naming the term that went non-finite first."""
+    module = nn.Linear(2, 1)
+    guard, trainer = DivergenceGuard(module), FakeTrainer(300)
+    steps = [{"loss_critic": 1.0, "loss_actor": 2.0}, {"loss_critic": 1.0},
+             {"loss_critic": 1.0, "loss_actor": float("inf")}, {"loss_critic": 3.0}]
+    for losses in steps:
+        guard.post_loss(trainer, None, {k: torch.tensor(v) for k, v in losses.items()})
+    assert list(guard._stacked) == [("loss_critic", "loss_actor"), ("loss_critic",)] and not guard._bad
+    guard.post_steps(trainer)
+    assert trainer.diverged == "non-finite loss_actor in the batch ending at frame 300"
+    # terms that do not stack as they are (mixed dtypes) are checked one by one
+    guard, trainer = DivergenceGuard(module), FakeTrainer(400)
+    guard.post_loss(trainer, None, {"loss_a": torch.tensor(1.0, dtype=torch.float64),
+                                    "loss_b": torch.tensor(float("nan"))})
+    assert not guard._stacked and list(guard._bad) == ["loss_a", "loss_b"]
+    guard.post_steps(trainer)
+    assert trainer.diverged == "non-finite loss_b in the batch ending at frame 400"

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.buffers.factory import make_replay_buffer
-from rlrun.trainer.hooks import OnPolicyMinibatches
+from rlrun.trainer.hooks import Hook, OnPolicyMinibatches
 
 
 def _batch(seed: int) -> TensorDict:
@@ -62,3 +62,41 @@ def test_the_batch_is_stored_once_per_batch():
     trainer.batches = 2  # the next collected batch is stored again
     hook.pre_epoch(trainer, _batch(1).set("advantage", torch.zeros(4, 8)))
     assert len(writes) == 2
+
+
+class _Reads(Hook):  # a Hook that declares a minibatch read
+    def io(self):
+        return {"post_loss": (("next.reward",), ())}
+
+    def post_loss(self, trainer, sub, losses):
+        pass
+
+
+class _Undeclared(Hook):
+    def post_loss(self, trainer, sub, losses):
+        pass
+
+
+def _minibatches(hooks: dict, n: int = 6) -> list[TensorDict]:
+    buffer = make_replay_buffer(32, 8, sampler="without_replacement", seed=3)
+    hook = OnPolicyMinibatches(("observation", "advantage"))
+    trainer = SimpleNamespace(buffer=buffer, batches=1, hooks={"buffer": hook, **hooks})
+    batch = _batch(0)
+    batch.set("advantage", torch.randn(4, 8, generator=torch.Generator().manual_seed(1)))
+    hook.pre_epoch(trainer, batch)
+    return [hook.process_optim_batch(trainer, batch) for _ in range(n)]
+
+
+def test_minibatches_hold_what_is_read_from_the_rows_the_buffer_samples():
+    """Issue #27: the loss's columns only (and declared reads), the buffer's own rows and draws."""
+    from rlrun.trainer.builtins import DivergenceGuard
+    from rlrun.trainer.hooks import TrainStats
+
+    whole = _minibatches({"undeclared": _Undeclared()})
+    assert {"observation", "advantage", "index", ("next", "reward")} <= set(whole[0].keys(True, True))
+    lean = _minibatches({"stats": TrainStats(), "guard": DivergenceGuard(torch.nn.Linear(1, 1))})
+    assert set(lean[0].keys(True, True)) == {"observation", "advantage", "index"}
+    for a, b in zip(lean, whole, strict=True):
+        assert (a == b.select(*a.keys())).all()
+    declared = _minibatches({"reads": _Reads()})
+    assert set(declared[0].keys(True, True)) == {"observation", "advantage", "index", ("next", "reward")}
