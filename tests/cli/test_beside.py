@@ -100,8 +100,8 @@ def _run(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedPro
 
 def test_a_run_composed_beside_writes_the_same_config_files_as_one_composed_in_process(tmp_path):
     args = ["total_frames=256", "progress=false", "logger=none", "seed=5"]
-    forked = _run(tmp_path, [*args, "hydra.run.dir=forked"])
-    serial = _run(tmp_path, [*args, "hydra.run.dir=serial"], **{beside.IN_PROCESS_ENV: "1"})
+    forked = _run(tmp_path, [*args, "hydra.run.dir=forked"], **{beside.BESIDE_ENV: "1"})
+    serial = _run(tmp_path, [*args, "hydra.run.dir=serial"], **{beside.BESIDE_ENV: "0"})
     assert forked.returncode == serial.returncode == 0, forked.stderr + serial.stderr
     for name in ("config.yaml", ".hydra/config.yaml", ".hydra/overrides.yaml"):
         a, b = (tmp_path / "forked" / name).read_text(), (tmp_path / "serial" / name).read_text()
@@ -118,7 +118,32 @@ def test_a_bad_input_ends_the_command_before_torch_is_imported(tmp_path):
               "sys.exit(m.main())")
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", script, "trainer.epochs=3"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, beside.BESIDE_ENV: "1"})
     assert time.monotonic() - start < 45
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("rlrun: error: trainer.epochs:") == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("loadavg", "cores", "spare"), [("0.5 0.4 0.3 1/180 99", 2, True),
+                                                        ("1.9 1.5 1.2 2/180 99", 2, False),
+                                                        ("3.0 2.0 1.0 3/180 99", 4, True),
+                                                        ("0.1 0.1 0.1 1/180 99", 1, False)])
+def test_the_fork_is_made_only_when_a_core_is_free_for_it(tmp_path, monkeypatch, loadavg, cores, spare):
+    path = tmp_path / "loadavg"
+    path.write_text(loadavg)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert beside.spare_core(str(path)) is spare
+
+
+def test_the_setting_decides_over_the_cores(monkeypatch):
+    monkeypatch.setattr(beside, "spare_core", lambda: False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    for setting, forks in (("1", True), ("0", False), ("", False)):
+        monkeypatch.setenv(beside.BESIDE_ENV, setting)
+        assert beside.available() is forks
+    monkeypatch.setattr(beside, "spare_core", lambda: True)
+    monkeypatch.setenv(beside.BESIDE_ENV, "")
+    assert beside.available()
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    assert not beside.available()
