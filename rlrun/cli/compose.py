@@ -60,15 +60,18 @@ def _run_name_excluded(task_overrides: list[str]) -> list[str]:
     return run_name_excluded(keys)
 
 
-def register_resolvers() -> None:
+def register_resolvers(signatures: bool = True) -> None:
     """Registers what composing conf/ needs: rlrun's resolvers and the signature nodes.
 
-    Every command, launcher job and test composes after calling this, so it is the one place."""
+    Every command, launcher job and test composes after calling this, so it is the one place.
+    ``signatures=False`` registers the resolvers alone: enough to resolve a config composed
+    in another process (``rlrun.cli.single``), without the signatures' imports."""
     for name, fn in (("rlrun_run_name", _run_name), ("ceil_div", _ceil_div), ("rlrun_env_name", env_name),
                      ("rlrun_run_name_excluded", _run_name_excluded)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
-    _store_signatures()
+    if signatures:
+        _store_signatures()
 
 
 SIGNATURE_GROUP = "signature"

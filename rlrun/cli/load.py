@@ -306,10 +306,14 @@ def _sub_env(env: Any) -> gym.Env:
     return env.env.envs[0]
 
 
-def write_policy_file(run_dir: Path, cfg: DictConfig, policy: nn.Module, frames: int) -> Path:
-    """Writes ``<run_dir>/policy.pt`` (config + policy state, a few hundred kB) atomically."""
+def write_policy_file(run_dir: Path, cfg: DictConfig, policy: nn.Module, frames: int,
+                      config_text: str | None = None) -> Path:
+    """Writes ``<run_dir>/policy.pt`` (config + policy state, a few hundred kB) atomically
+    (``config_text``: ``cfg`` as resolved YAML, made here if not given)."""
     exploration = policy.exploration.state_dict() if policy.exploration is not None else None
-    state = {"policy_format": POLICY_FORMAT, "config": OmegaConf.to_yaml(cfg, resolve=True),
+    if config_text is None:
+        config_text = OmegaConf.to_yaml(cfg, resolve=True)
+    state = {"policy_format": POLICY_FORMAT, "config": config_text,
              "policy": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
              "exploration": exploration, "frames": int(frames)}
     return checkpoint.atomic_write(Path(run_dir) / POLICY_FILE, lambda f: torch.save(state, f))

@@ -209,9 +209,10 @@ _AT_EXIT: list = []
 def main(argv: list[str] | None = None) -> int:
     """``rlrun``: exit code 0, 2 (bad input, see ``RlrunError``), 3 (diverged), 4 (a collector worker
     died, ``WorkerError``) or 128 + a signal."""
+    command = argv is None  # the process's own command (rlrun, python -m rlrun), not a caller's
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        return _main(argv, command)
     except KeyboardInterrupt:  # Ctrl-C outside a training loop (set-up, eval, export, report): one line
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], command: bool = False) -> int:
     use_huge_pages_for_large_tensors()
     skip_the_final_garbage_collection()
     if argv[:1] == ["list"]:
@@ -241,12 +242,12 @@ def _main(argv: list[str]) -> int:
         from rlrun.report.cli import main as report_main
 
         return report_main(argv[1:])
-    register_resolvers()
     info_only = any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c",
                           "--shell-completion", "-sc") or a.startswith("--cfg") for a in argv)
     single = not info_only and _single_run(argv)
-    if single:  # composed once, then run as Hydra.run would
-        return _run_single(argv)
+    if single:  # composed once (beside torch's import), then run as Hydra.run would
+        return _run_single(argv, beside=command)
+    register_resolvers()
     if not info_only:
         try:
             precheck(argv)
@@ -267,18 +268,40 @@ def _single_run(argv: list[str]) -> bool:
     return all(not a.startswith("-") and not a.lstrip("+~").startswith("hydra.mode") for a in argv)
 
 
-def _run_single(argv: list[str]) -> int:
-    """A single run with its config composed once (``rlrun.cli.single``)."""
+def _run_single(argv: list[str], beside: bool = False) -> int:
+    """A single run with its config composed once (``rlrun.cli.single``).
+
+    With ``beside`` (the process's own command: a caller of ``main`` in its own process, such as
+    a test, keeps its streams and is never ended by a forked child's exit code), the config is
+    composed in a forked process while this one imports torch and the training modules, and
+    MLflow's worker starts first."""
     from rlrun.cli.single import run_single
 
-    return run_single(argv, _task, precheck, _config_error, _run_hydra_main, _interrupted)
+    if beside and _may_log_to_mlflow(argv):
+        from rlrun.record.remote import start_early
+
+        start_early()
+    return run_single(argv, _task, precheck, _config_error, _run_hydra_main, _interrupted,
+                      meanwhile=_import_training if beside else None)
 
 
-def _run_hydra_main(argv: list[str]) -> int:
+def _may_log_to_mlflow(argv: list[str]) -> bool:
+    """Whether the command line leaves the logger at the default (MLflow) or picks MLflow: its
+    worker is then worth starting before the config is composed (``rlrun.record.remote.start_early``;
+    one the composed config does not use is ended)."""
+    return all(a.lstrip("+~").partition("=")[::2] in (("logger", "mlflow"),) or
+               a.lstrip("+~").partition("=")[0] != "logger" for a in argv)
+
+
+def _import_training() -> None:
+    import rlrun.lifecycle.run  # noqa: F401 -- torch and the training modules, while the config is composed
+
+
+def _run_hydra_main(argv: list[str], task=None) -> int:
     import hydra
 
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
-                            config_name="config")(_task)
+                            config_name="config")(task or _task)
     sys.argv = [sys.argv[0], *argv]
     try:
         hydra_main()

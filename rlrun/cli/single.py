@@ -1,10 +1,11 @@
-"""A single run (``rlrun key=value ...``) with its config composed once.
+"""A single run (``rlrun key=value ...``) with its config composed once, beside torch's import.
 
 ``hydra.main`` composes a run's config three times (``precheck``'s check of the presets,
 ``Hydra.get_mode``, ``Hydra.run``: 1.1 s of a 1,024-frame run's start-up). ``run_single``
 does what ``hydra.main`` -> ``Hydra.run`` does with one Hydra instance and one compose,
 which ``rlrun.cli.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
-keep Hydra's own path.
+keep Hydra's own path. The compose and its checks run in a forked process while this one
+imports torch (``rlrun.cli.beside``); a bad input ends the command there, before torch.
 """
 
 from __future__ import annotations
@@ -13,19 +14,53 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from rlrun.core.errors import RlrunError
 
 
 def run_single(argv: list[str], task: Callable, precheck: Callable, config_error: Callable[[RlrunError], int],
-               fallback: Callable[[list[str]], int], interrupted: Callable) -> int:
+               fallback: Callable[..., int], interrupted: Callable,
+               meanwhile: Callable[[], None] | None = None) -> int:
     """Runs ``task`` on the config ``precheck(argv, hydra)`` composes, as ``Hydra.run`` would.
 
-    Falls back to Hydra's own path (``fallback``) when composing fails without an error of
-    precheck's, so that Hydra's message is unchanged.
+    Falls back to Hydra's own path (``fallback(argv)``) when composing fails without an error of
+    precheck's, so that Hydra's message is unchanged. With ``meanwhile`` (importing torch), that
+    runs in this process while a forked one composes (``rlrun.cli.beside``), unless turned off.
     """
     from hydra import version
-    from hydra._internal.callbacks import Callbacks
+
+    from rlrun.cli import beside
+
+    version.setbase("1.3")  # as hydra.main(version_base="1.3") does
+    sys.argv = [sys.argv[0], *argv]
+    composed: Any = beside.AGAIN
+    if meanwhile is not None and beside.available():
+        def in_child() -> Any:  # the fallback's task must not train in the child: the parent does
+            return _compose(argv, task, precheck, config_error, lambda a: fallback(a, task=_hand_back))
+
+        composed = beside.beside(in_child, meanwhile)
+    if composed is beside.AGAIN:
+        composed = _compose(argv, task, precheck, config_error, fallback)
+    if isinstance(composed, int):
+        return composed
+    cfg, task_name = composed
+    return _run(cfg, task_name, task, interrupted)
+
+
+def _hand_back(cfg: Any) -> None:
+    raise _beside_again()
+
+
+def _beside_again() -> BaseException:
+    from rlrun.cli.beside import Again
+
+    return Again()
+
+
+def _compose(argv: list[str], task: Callable, precheck: Callable, config_error: Callable[[RlrunError], int],
+             fallback: Callable[[list[str]], int]) -> Any:
+    """``(cfg, task name)`` of the run, or the exit code of a reported error."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import (
         create_automatic_config_search_path,
@@ -34,42 +69,55 @@ def run_single(argv: list[str], task: Callable, precheck: Callable, config_error
         run_and_report,
     )
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import run_job
-    from hydra.types import HydraContext
 
-    version.setbase("1.3")  # as hydra.main(version_base="1.3") does
-    sys.argv = [sys.argv[0], *argv]
     from rlrun.cli.compose import CONF_DIR
 
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
     search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
-    hydra = run_and_report(lambda: Hydra.create_main_hydra2(
-        task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path))
+    task_name = detect_task_name(calling_file, calling_module)
+    hydra = run_and_report(lambda: Hydra.create_main_hydra2(task_name=task_name,
+                                                            config_search_path=search_path))
     try:
         try:
             cfg = precheck(argv, hydra)
         except RlrunError as err:
             return config_error(err)
-        if cfg is None:
-            GlobalHydra.instance().clear()
-            return fallback(argv)
-
-        def run() -> None:
-            callbacks = Callbacks(cfg)
-            callbacks.on_run_start(config=cfg, config_name="config")
-            ret = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-                          task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
-                          configure_logging=True)
-            callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
-            _ = ret.return_value  # raises the task's exception, for run_and_report to print
-
-        try:
-            run_and_report(run)
-        except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(interrupted(stop), file=sys.stderr, flush=True)
-            return 128 + signal.SIGINT
     finally:
         GlobalHydra.instance().clear()
+    if cfg is None:
+        return fallback(argv)
+    return cfg, task_name
+
+
+def _run(cfg: Any, task_name: str, task: Callable, interrupted: Callable) -> int:
+    """Runs ``task`` on the composed ``cfg`` as ``Hydra.run`` does (a job in ``hydra.run.dir``)."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.utils import JobRuntime, configure_log, run_job, setup_globals
+    from hydra.types import HydraContext
+
+    from rlrun.cli.compose import register_resolvers
+
+    register_resolvers(signatures=False)  # the config's ${...}: composed elsewhere, resolved here
+    setup_globals()  # Hydra's ${now:...} and ${hydra:...}, as its Hydra instance registers them
+    JobRuntime.instance().set("name", task_name)
+    configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)  # as compose_config did where it ran
+
+    def run() -> None:
+        callbacks = Callbacks(cfg)
+        callbacks.on_run_start(config=cfg, config_name="config")
+        # run_job reads no config loader: the config is composed already
+        ret = run_job(hydra_context=HydraContext(config_loader=None, callbacks=callbacks),
+                      task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
+                      configure_logging=True)
+        callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
+        _ = ret.return_value  # raises the task's exception, for run_and_report to print
+
+    try:
+        run_and_report(run)
+    except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(interrupted(stop), file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     return 0

@@ -82,7 +82,9 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         torch.set_num_threads(int(cfg.threads))
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
     state = checkpoint.load(ckpt_path) if ckpt_path else None
-    resume = _resume_plan(cfg, run_dir, state, ckpt_path)
+    # resolved once: config.yaml, the config hash, each checkpoint and the policy file hold it
+    config_text = OmegaConf.to_yaml(cfg, resolve=True)
+    resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)
     torch.manual_seed(cfg.seed)
 
     run = build_run(cfg, run_dir, device)
@@ -92,7 +94,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
     progress = Progress(total, done, cfg.progress, unit=unit)
     stats = hooks["train_stats"]
-    writer = CheckpointWriter(cfg, run_dir)
+    writer = CheckpointWriter(cfg, run_dir, config_text)
     hooks["progress"] = ProgressHook(progress, stats)
     # last in config order: its save() logs the batch's metrics (progress included) first
     hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))
@@ -143,8 +145,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                          **resume["tags"], **_paper_tags(cfg)})
     trainer.logger = logger
     # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
-    write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(cfg)})
-    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(config_text)})
+    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
     if resume["run_id"] is None:
         logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.log_artifact(config_file)
@@ -163,7 +165,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             # hook of the last batch still keeps that batch (else it is trained twice).
             writer.save()
             # the policy alone (config + weights), so that a remote tracking server holds the model
-            logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames))
+            logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames,
+                                                config_text=config_text))
             status = "KILLED" if trainer.interrupted else "FINISHED"
     except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
         status = "KILLED"
@@ -197,13 +200,16 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     return summary
 
 
-def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None) -> dict:
-    """The tracker run to continue, the config changes to list, the tags to add."""
+def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: Path | None,
+                 config_text: str) -> dict:
+    """The tracker run to continue, the config changes to list, the tags to add (``config_text``:
+    ``cfg`` as resolved YAML)."""
     plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}, "continues": False}
     new = flatten(OmegaConf.to_container(cfg, resolve=True))
     if state is None:
         known = read_tracking(run_dir)
-        if cfg.resume not in (False, "false", "never") and known.get("config") == _exact_config_hash(cfg):
+        same = known.get("config") == _exact_config_hash(config_text)
+        if cfg.resume not in (False, "false", "never") and same:
             plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
             plan["continues"] = plan["run_id"] is not None
         return plan
@@ -227,11 +233,11 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     return plan
 
 
-def _exact_config_hash(cfg: DictConfig) -> str:
-    """Every key, seed included: re-attaching a killed run needs the very same config
-    (``rlrun.lifecycle.confighash`` leaves out the seed and logging keys, to group runs for reports)."""
-    text = OmegaConf.to_yaml(cfg, resolve=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _exact_config_hash(config_text: str) -> str:
+    """Every key, seed included (``config_text``: the resolved config's YAML): re-attaching a killed
+    run needs the very same config (``rlrun.lifecycle.confighash`` leaves out the seed and logging
+    keys, to group runs for reports)."""
+    return hashlib.sha256(config_text.encode()).hexdigest()[:16]
 
 
 def _paper_tags(cfg: DictConfig) -> dict[str, str]:
@@ -257,10 +263,12 @@ class CheckpointWriter:
     Args:
         cfg: The resolved run config (saved, and ``checkpoint.buffer``/``max_buffer_mb``).
         run_dir: Where ``checkpoint.pt`` goes.
+        config_text: ``cfg`` as resolved YAML (made here if not given).
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    def __init__(self, cfg: DictConfig, run_dir: Path, config_text: str | None = None):
         self.cfg, self.path = cfg, run_dir / CHECKPOINT
+        self.config_text = config_text if config_text is not None else OmegaConf.to_yaml(cfg, resolve=True)
         self.trainer: Trainer | None = None
         self.warned = False
 
@@ -287,7 +295,7 @@ class CheckpointWriter:
         logger = trainer.logger
         checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer),
                          "mlflow_run_id": logger.run_id if logger is not None else None,
-                         "config": OmegaConf.to_yaml(cfg, resolve=True)}, self.path)
+                         "config": self.config_text}, self.path)
         pause_point("checkpoint_commit")
         if logger is not None:
             logger.commit(trainer.clock)  # the journal sends what the checkpoint covers

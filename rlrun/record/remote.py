@@ -29,6 +29,7 @@ from rlrun.core.errors import ConfigError
 from rlrun.lifecycle.signals import stop_signals_blocked
 
 _prestarted: dict[tuple, Any] = {}
+_early: list[RemoteMLflow] = []  # started by start_early, store not yet named
 
 
 class RemoteMLflow:
@@ -36,16 +37,21 @@ class RemoteMLflow:
 
     run_id: str | None = None
 
-    def __init__(self, tracking_uri: str | None, root: str, experiment: str):
+    def __init__(self, tracking_uri: str | None = None, root: str | None = None,
+                 experiment: str | None = None):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         with stop_signals_blocked():  # a signal to the whole job must not end the tracker's process
             self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                           env=env)
         self._opened = self.taken = False
-        self._send("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
-        self._tracking = (tracking_uri, root, experiment)
         atexit.register(self.close)
+        if root is not None:
+            self.open(tracking_uri, root, experiment or "rlrun")
+
+    def open(self, tracking_uri: str | None, root: str, experiment: str) -> None:
+        """Asks the worker to open the store (it imports MLflow meanwhile, if it has not yet)."""
+        self._send("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
 
     def _send(self, op: str, **kwargs: Any) -> None:
         self._proc.stdin.write(json.dumps({"op": op, "kwargs": kwargs}) + "\n")
@@ -119,13 +125,32 @@ class RemoteMLflow:
             self._proc.stdout.close()
 
 
+def start_early() -> None:
+    """Starts a worker before the run's config is composed (the command line leaves the logger
+    at MLflow, the default): it imports MLflow while the config is composed and torch imported,
+    and waits for ``prestart`` to name the store. Importing MLflow is the longest part of its start
+    (2-3 s of CPU, against 0.2 s for opening the store)."""
+    if os.environ.get("RLRUN_MLFLOW_IN_PROCESS") != "1" and not _early:
+        _early.append(RemoteMLflow())
+
+
 def prestart(node: dict) -> None:
-    """Starts the MLflow worker for a ``logger`` node of ``mlflow`` (nothing for other loggers)."""
+    """Starts the MLflow worker for a ``logger`` node of ``mlflow`` (nothing for other loggers),
+    or opens the store in the one ``start_early`` started; ends that one if the node is another logger."""
+    early = _early.pop() if _early else None
     if node.get("name") != "mlflow" or os.environ.get("RLRUN_MLFLOW_IN_PROCESS") == "1":
+        if early is not None:
+            early.close()
         return
     key = _key(node.get("tracking_uri"), node.get("root"), node.get("experiment", "rlrun"))
-    if key not in _prestarted:
-        _prestarted[key] = RemoteMLflow(*key)
+    if key in _prestarted:
+        if early is not None:
+            early.close()
+        return
+    if early is None:
+        early = RemoteMLflow()
+    early.open(*key)
+    _prestarted[key] = early
 
 
 def take_prestarted(tracking_uri: str | None, root: str, experiment: str) -> RemoteMLflow | None:
@@ -140,6 +165,8 @@ def discard_prestarted() -> None:
     """Ends the workers that no logger took (the run ended before making it)."""
     while _prestarted:
         _prestarted.popitem()[1].close()
+    while _early:
+        _early.pop().close()
 
 
 def _key(tracking_uri: str | None, root: str | None, experiment: str) -> tuple:

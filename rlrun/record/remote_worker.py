@@ -36,6 +36,12 @@ def serve() -> None:
         return
     from rlrun.lifecycle.tracking import MLflowLogger, store_errors
 
+    try:  # MLflow's client and SQLite store modules, before the request that needs them arrives
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        import mlflow.tracking  # noqa: F401
+    except ImportError:  # open_store reports it
+        pass
+
     logger = MLflowLogger.__new__(MLflowLogger)
     where: dict[str, Any] = {}
     for line in sys.stdin:
