@@ -44,6 +44,8 @@ ALLOWED_PRIVATE = {
                                  "_backward_pre_hooks")))
        for hooks in kinds},
     ("record/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
+    ("cli/beside.py", "os._exit"): "public: the composing child ends without the parent's atexit "
+                                   "handlers; the parent ends mid-import with the child's exit code",
     ("modules/cnn.py", "obs._version"): "a tensor's in-place version counter (torch has no public one)",
     ("modules/cnn.py", "p._version"): "a tensor's in-place version counter (torch has no public one)",
     ("launch/local.py", "super()._executor"): "the method it overrides (its own class hierarchy)",
