@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NestedKey, TensorDictBase
 
 from rlrun.buffers.samplers import (
     PrioritizedSampler,
@@ -107,11 +108,13 @@ class ReplayBuffer:
         self._sampler.on_extend(index)
         return index
 
-    def sample(self, batch_size: int | None = None) -> TensorDictBase:
+    def sample(self, batch_size: int | None = None,
+               keys: Sequence[NestedKey] | None = None) -> TensorDictBase:
         """Draws a batch of rows onto ``device``.
 
         Args:
             batch_size: Rows to draw; the constructor's ``batch_size`` if None.
+            keys: Only these stored keys (the same rows and draws); every stored key if None.
 
         Returns:
             A TensorDict ``[batch_size]`` with the stored keys, ``"index"``
@@ -120,7 +123,7 @@ class ReplayBuffer:
         batch_size = self.batch_size if batch_size is None else int(batch_size)
         out = self._sampler.sample(len(self), batch_size, self.generator)
         index, weight = out if isinstance(out, tuple) else (out, None)
-        batch = self._storage.get(index).to(self.device)
+        batch = self._storage.get(index, keys).to(self.device)
         batch.set("index", index.to(self.device))
         if weight is not None:
             batch.set("priority_weight", weight.to(self.device))

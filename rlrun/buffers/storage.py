@@ -5,11 +5,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NestedKey, TensorDict, TensorDictBase
 
 BACKENDS = ("ram", "memmap")
 
@@ -153,11 +154,12 @@ class TensorStorage:
         self._len = min(self._len + n, self.capacity)
         return index
 
-    def get(self, index: torch.Tensor) -> TensorDictBase:
-        """Gathers rows ``index`` into a new TensorDict of plain tensors."""
+    def get(self, index: torch.Tensor, keys: Sequence[NestedKey] | None = None) -> TensorDictBase:
+        """Gathers rows ``index`` (of only ``keys``, when given) into a new TensorDict of plain tensors."""
         if self._data is None:
             raise RuntimeError("storage is empty: nothing has been written yet")
-        return self._data[index.to(self.device)]
+        data = self._data if keys is None else self._data.select(*keys)
+        return data[index.to(self.device)]
 
     def empty(self) -> None:
         """Forgets every row; the allocation is kept for reuse."""

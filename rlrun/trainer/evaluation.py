@@ -52,61 +52,42 @@ class Evaluator:
         obs = self.env.reset(seed=self.seed)
         if context is not None:
             context.reset_context()
-        if isinstance(obs, np.ndarray):  # gymnasium's arrays: the bookkeeping stays in numpy
-            return self._evaluate_numpy(act, obs, max_steps, context)
-        env_device = obs.device  # VMAS stays in torch on its device
-        quota = torch.as_tensor(self.quota, device=env_device)
-        running = torch.zeros(n, dtype=torch.float64, device=env_device)
-        counts = torch.zeros(n, dtype=torch.long, device=env_device)
-        returns: list[Tensor] = []
+        # The per-step bookkeeping stays where the env's arrays live: numpy for gymnasium's (its
+        # ops on a few sub-envs cost ~1 us where torch's cost ~5-10 us), torch on VMAS's device
+        # (no host copy per step). Boolean indexing copies in both.
+        numpy_env = isinstance(obs, np.ndarray)
+        if numpy_env:
+            quota, running, counts = self.quota, np.zeros(n), np.zeros(n, np.int64)
+            to_env, as_array = (lambda a: a.cpu().numpy()), np.asarray
+        else:
+            env_device = obs.device
+            quota = torch.as_tensor(self.quota, device=env_device)
+            running = torch.zeros(n, dtype=torch.float64, device=env_device)
+            counts = torch.zeros(n, dtype=torch.long, device=env_device)
+            to_env, as_array = (lambda a: a.to(env_device)), torch.as_tensor
+        returns: list = []
         for _ in range(max_steps):
             with torch.inference_mode():
                 action_t = act(torch.as_tensor(obs).to(self.device))
-            action = action_t.to(env_device)
-            _, reward, terminated, truncated, obs = self.env.step(action)[:5]
-            reward, done = torch.as_tensor(reward), torch.as_tensor(terminated | truncated)
+            _, reward, terminated, truncated, obs = self.env.step(to_env(action_t))[:5]
+            reward, done = as_array(reward), as_array(terminated | truncated)
             if context is not None:
                 with torch.inference_mode():
-                    context.record(action_t, reward, done)
+                    context.record(action_t, torch.as_tensor(reward), torch.as_tensor(done))
+            if self.group:  # the team's reward: the agents' mean, as torch rounds it
+                reward = as_array(torch.as_tensor(reward).mean(-1))
             active = counts < quota
-            running += (reward.mean(-1) if self.group else reward) * active
+            running += reward * active
             ended = done & active
             if ended.any():  # VMAS syncs on episode ends every step anyway
-                returns.append(running[ended].clone())
+                returns.append(running[ended])
                 running[ended] = 0.0
                 counts += ended
                 if bool((counts >= quota).all()):
                     break
-        return torch.cat(returns).cpu().numpy() if returns else np.zeros(0)
-
-    def _evaluate_numpy(self, act: Callable[[Tensor], Tensor], obs: np.ndarray, max_steps: int,
-                        context: Any) -> np.ndarray:
-        """``evaluate`` on an env of numpy arrays: the per-step bookkeeping in numpy, whose ops on
-        a few sub-envs cost ~1 us where torch's cost ~5-10 us (the same float64 sums)."""
-        n, quota, to_device = self.env.num_envs, self.quota, torch.device(self.device).type != "cpu"
-        running, counts = np.zeros(n), np.zeros(n, np.int64)
-        returns: list[np.ndarray] = []
-        for _ in range(max_steps):
-            with torch.inference_mode():
-                obs_t = torch.from_numpy(np.ascontiguousarray(obs))
-                action_t = act(obs_t.to(self.device) if to_device else obs_t)
-            _, reward, terminated, truncated, obs = self.env.step(action_t.cpu().numpy())[:5]
-            reward, done = np.asarray(reward), np.asarray(terminated | truncated)
-            if context is not None:
-                with torch.inference_mode():
-                    context.record(action_t, torch.as_tensor(reward), torch.as_tensor(done))
-            if self.group:  # the agents' mean as torch rounds it
-                reward = torch.as_tensor(reward).mean(-1).numpy()
-            active = counts < quota
-            running += reward * active
-            ended = done & active
-            if ended.any():
-                returns.append(running[ended].copy())
-                running[ended] = 0.0
-                counts += ended
-                if (counts >= quota).all():
-                    break
-        return np.concatenate(returns) if returns else np.zeros(0)
+        if not returns:
+            return np.zeros(0)
+        return np.concatenate(returns) if numpy_env else torch.cat(returns).cpu().numpy()
 
     def close(self) -> None:
         self.env.close()

@@ -26,7 +26,6 @@ import torch
 from tensordict import TensorDict
 
 from rlrun.buffers.replay import ReplayBuffer
-from rlrun.buffers.samplers import PrioritizedSampler
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
@@ -222,13 +221,9 @@ class OnPolicyMinibatches(_BufferHook):
         """
         buf = trainer.buffer
         keys = self._minibatch_keys(trainer)
-        if keys is False or type(buf) is not ReplayBuffer or isinstance(buf.sampler, PrioritizedSampler):
+        if keys is False or not isinstance(buf, ReplayBuffer):  # another Buffer: its own sample()
             return buf.sample()
-        index = buf.sampler.sample(len(buf), buf.batch_size, buf.generator)
-        storage = buf.storage
-        sub = storage.data.select(*keys)[index.to(storage.device)].to(buf.device)
-        sub.set("index", index.to(buf.device))
-        return sub
+        return buf.sample(keys=keys)
 
     def _minibatch_keys(self, trainer) -> list[tuple[str, ...]] | bool:
         """The loss's reads and what other hooks declare they read from minibatches (``io``); False

@@ -189,28 +189,30 @@ class OptimizerStep:
         self._apply_schedule()
 
 
-def _can_step_together(opts: list[torch.optim.Optimizer]) -> bool:
-    """Whether ``adam_together`` computes exactly what each optimiser's own ``step`` would.
-
-    That is torch's multi-tensor (foreach) or fused Adam, the same in every group, without the
-    options that change its arithmetic (weight decay, amsgrad, maximize, capturable,
-    differentiable), with betas and eps shared by every group (foreach: the learning rates
-    may differ; fused takes one), on CPU float32.
-    """
-    if len(opts) < 2 or not all(isinstance(o, torch.optim.Adam) and len(o.param_groups) == 1 for o in opts):
+def _plain_adam(opt: torch.optim.Optimizer) -> bool:
+    """A torch Adam of one group whose step is its multi-tensor (foreach) or fused arithmetic alone:
+    no weight decay, amsgrad, maximize, capturable or differentiable, float hyperparameters, dense
+    CPU float32 parameters. ``adam_together`` and ``FlatAdam`` reproduce exactly that step."""
+    if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
         return False
-    groups = [o.param_groups[0] for o in opts]
-    first = groups[0]
-    for pg in groups:
-        if (not (pg["foreach"] is True or pg["fused"] is True) or pg["fused"] != first["fused"]
-                or pg["weight_decay"] != 0 or pg["amsgrad"] or pg["maximize"]
-                or pg["capturable"] or pg["differentiable"]
-                or pg["betas"] != first["betas"] or pg["eps"] != first["eps"]
-                or any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"]))):
-            return False
-        if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in pg["params"]):
-            return False
-    return True
+    pg = opt.param_groups[0]
+    return ((pg["foreach"] is True or pg["fused"] is True) and pg["weight_decay"] == 0
+            and not (pg["amsgrad"] or pg["maximize"] or pg["capturable"] or pg["differentiable"])
+            and not any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"], pg["eps"]))
+            and len(pg["params"]) > 0
+            and all(p.device.type == "cpu" and p.dtype == torch.float32 and p.layout == torch.strided
+                    for p in pg["params"]))
+
+
+def _can_step_together(opts: list[torch.optim.Optimizer]) -> bool:
+    """Whether ``adam_together`` computes exactly what each optimiser's own ``step`` would: plain
+    Adams (``_plain_adam``), all foreach or all fused, sharing betas and eps (foreach: the
+    learning rates may differ; fused takes one)."""
+    if len(opts) < 2 or not all(_plain_adam(o) for o in opts):
+        return False
+    first = opts[0].param_groups[0]
+    return all(pg["fused"] == first["fused"] and pg["betas"] == first["betas"] and pg["eps"] == first["eps"]
+               for pg in (o.param_groups[0] for o in opts))
 
 
 @torch.no_grad()
@@ -265,22 +267,23 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
             torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=lrs[0],
                                beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, maximize=False,
                                grad_scale=None, found_inf=None)
-        else:
-            _multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, steps, lrs, beta1, beta2, eps)
+        else:  # torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay)
+            torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
+            counts = [s.item() for s in steps]
+            _adam_update(params, grads, exp_avgs, exp_avg_sqs, counts, lrs, beta1, beta2, eps)
     for opt in opts:
         opt._optimizer_step_code()
     return True
 
 
-def _multi_tensor_adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-                       exp_avg_sqs: list[Tensor], steps: list[Tensor], lrs: list[float],
-                       beta1: float, beta2: float, eps: float) -> None:
-    """torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay), op for op."""
-    torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
+def _adam_update(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+                 exp_avg_sqs: list[Tensor], counts: list[float], lrs: list[float],
+                 beta1: float, beta2: float, eps: float) -> None:
+    """torch.optim.adam._multi_tensor_adam's CPU path after its step count (capturable=False, no
+    weight decay), op for op; ``counts`` are the tensors' step counts after this step."""
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    counts = [s.item() for s in steps]
     step_size = [(lr / (1 - beta1 ** n)) * -1 for lr, n in zip(lrs, counts)]
     bias_correction2_sqrt = [(1 - beta2 ** n) ** 0.5 for n in counts]
     denom = torch._foreach_sqrt(exp_avg_sqs)
@@ -318,18 +321,9 @@ class FlatAdam:
 
     @staticmethod
     def fits(opt: torch.optim.Optimizer) -> bool:
-        """A foreach Adam whose step ``FlatAdam`` reproduces exactly: one group, no weight decay,
-        amsgrad, maximize, capturable or differentiable, float hyperparameters, dense CPU float32
-        parameters."""
-        if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
-            return False
-        pg = opt.param_groups[0]
-        return (pg["foreach"] is True and not pg["fused"] and pg["weight_decay"] == 0 and not pg["amsgrad"]
-                and not pg["maximize"] and not pg["capturable"] and not pg["differentiable"]
-                and not any(isinstance(v, Tensor) for v in (*pg["betas"], pg["lr"], pg["eps"]))
-                and len(pg["params"]) > 0
-                and all(p.device.type == "cpu" and p.dtype == torch.float32 and p.layout == torch.strided
-                        for p in pg["params"]))
+        """A plain foreach (not fused) Adam (``_plain_adam``): the step ``FlatAdam`` reproduces exactly."""
+        pg = opt.param_groups[0] if _plain_adam(opt) else {}
+        return pg.get("foreach") is True and not pg.get("fused")
 
     def relink(self) -> bool:
         """Puts the optimiser's state (fresh, or loaded) into flat buffers of which it then holds
@@ -391,14 +385,9 @@ class FlatAdam:
         pg = opt.param_groups[0]
         beta1, beta2 = pg["betas"]
         torch.cat([p.reshape(-1) for p in params], out=self.flat_p)
-        # torch.optim.adam._multi_tensor_adam's CPU path (capturable=False, no weight decay), line by line
-        self.steps.add_(1.0)
-        n = self.steps[0].item()  # a CPU tensor: no device sync
-        self.exp_avg.lerp_(flat_g, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(flat_g, flat_g, value=1 - beta2)
-        denom = self.exp_avg_sq.sqrt()
-        denom.div_((1 - beta2 ** n) ** 0.5).add_(pg["eps"])
-        self.flat_p.addcdiv_(self.exp_avg, denom, value=(pg["lr"] / (1 - beta1 ** n)) * -1)
+        self.steps.add_(1.0)  # every parameter's count (views of one tensor), all equal
+        _adam_update([self.flat_p], [flat_g], [self.exp_avg], [self.exp_avg_sq], [self.steps[0].item()],
+                     [pg["lr"]], beta1, beta2, pg["eps"])  # .item() of a CPU tensor: no device sync
         torch._foreach_copy_(params, self.p_views)
         opt._optimizer_step_code()
         return True
