@@ -300,17 +300,12 @@ def _import_training() -> None:
 def _run_hydra_main(argv: list[str], task=None) -> int:
     import hydra
 
+    from rlrun.cli.single import exit_code
+
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
                             config_name="config")(task or _task)
     sys.argv = [sys.argv[0], *argv]
-    try:
-        hydra_main()
-    except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(_interrupted(stop), file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT
-    return 0
+    return exit_code(hydra_main, _interrupted)
 
 
 if __name__ == "__main__":

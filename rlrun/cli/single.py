@@ -113,9 +113,15 @@ def _run(cfg: Any, task_name: str, task: Callable, interrupted: Callable) -> int
         callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
         _ = ret.return_value  # raises the task's exception, for run_and_report to print
 
+    return exit_code(lambda: run_and_report(run), interrupted)
+
+
+def exit_code(call: Callable[[], object], interrupted: Callable[[KeyboardInterrupt], str]) -> int:
+    """Runs Hydra's part of a command: 0, or 130 with one line (``interrupted``) for a Ctrl-C while
+    Hydra sets the run up, not a traceback (``HYDRA_FULL_ERROR=1`` keeps the traceback)."""
     try:
-        run_and_report(run)
-    except KeyboardInterrupt as stop:  # Ctrl-C while Hydra sets the run up: no traceback
+        call()
+    except KeyboardInterrupt as stop:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(interrupted(stop), file=sys.stderr, flush=True)
