@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from rlrun.benchmarks.common import median, ratio, table
 
@@ -47,16 +48,21 @@ def time_command(args: list[str], expect: int, source: str | None = None) -> tup
     CPU time is reported beside wall time because it moves much less with the load of a
     shared machine; the targets are wall times on an idle one. Checks the exit code.
     """
+    with tempfile.TemporaryDirectory() as cwd:
+        return time_python(["-m", "rlrun", *args], expect, Path(cwd), source)
+
+
+def time_python(args: list[str], expect: int, cwd: Path, source: str | None = None) -> tuple[float, float]:
+    """``(wall, CPU)`` seconds of ``python *args`` in ``cwd``, with ``source`` first on
+    ``PYTHONPATH`` when given (a before side); checks the exit code."""
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     if source:
         env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
-    with tempfile.TemporaryDirectory() as cwd:
-        start, cpu = time.perf_counter(), _children_cpu()
-        done = subprocess.run([sys.executable, "-m", "rlrun", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True)
-        seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
+    start, cpu = time.perf_counter(), _children_cpu()
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != expect:
-        raise RuntimeError(f"rlrun {' '.join(args)} exited {done.returncode}, expected {expect}: "
+        raise RuntimeError(f"python {' '.join(args)} exited {done.returncode}, expected {expect}: "
                            f"{done.stderr[-500:]}")
     return seconds, cpu
 

@@ -17,14 +17,10 @@ are taken, then their medians. Targets: ``run_none`` <= torch + 0.7 s, ``run_mlf
 from __future__ import annotations
 
 import os
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from rlrun.benchmarks.cli import BEFORE_ENV
+from rlrun.benchmarks.cli import BEFORE_ENV, time_python
 from rlrun.benchmarks.common import median, table
 
 RUN = ["total_frames=1024", "progress=false"]
@@ -38,26 +34,7 @@ CASES = {
 
 def _time(args: list[str], expect: int, cwd: Path, source: str | None) -> float:
     """Wall seconds of ``python *args`` in ``cwd``; checks the exit code."""
-    return _measure(args, expect, cwd, source)[0]
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _measure(args: list[str], expect: int, cwd: Path, source: str | None) -> tuple[float, float]:
-    """``(wall, CPU)`` seconds of ``python *args`` in ``cwd``; checks the exit code."""
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    if source:
-        env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
-    cpu, start = _children_cpu_s(), time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
-    seconds, cpu = time.perf_counter() - start, _children_cpu_s() - cpu
-    if done.returncode != expect:
-        raise RuntimeError(f"python {' '.join(args)} exited {done.returncode}, expected {expect}: "
-                           f"{done.stderr[-500:]}")
-    return seconds, cpu
+    return time_python(args, expect, cwd, source)[0]
 
 
 def run(quick: bool = False, reps: int | None = None) -> dict:
@@ -76,7 +53,7 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
             for case, (args, expect, _) in CASES.items():
                 for side in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
                     extra = [f"hydra.run.dir=runs/{case}-{rep}"] if args[:2] == ["-m", "rlrun"] else []
-                    wall, used = _measure([*args, *extra], expect, dirs[side], sides[side])
+                    wall, used = time_python([*args, *extra], expect, dirs[side], sides[side])
                     times[case][side].append(wall)
                     cpu[case][side].append(used)
     rows = []
