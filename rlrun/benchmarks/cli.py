@@ -52,10 +52,15 @@ def time_command(args: list[str], expect: int, source: str | None = None) -> tup
         return time_python(["-m", "rlrun", *args], expect, Path(cwd), source)
 
 
-def time_python(args: list[str], expect: int, cwd: Path, source: str | None = None) -> tuple[float, float]:
+def time_python(args: list[str], expect: int, cwd: Path, source: str | None = None,
+                write_bytecode: bool = False) -> tuple[float, float]:
     """``(wall, CPU)`` seconds of ``python *args`` in ``cwd``, with ``source`` first on
-    ``PYTHONPATH`` when given (a before side); checks the exit code."""
+    ``PYTHONPATH`` when given (a before side); checks the exit code. ``write_bytecode`` lets
+    the child write ``__pycache__`` even where ``PYTHONDONTWRITEBYTECODE`` is set (a warm-up run
+    leaves the caches a user's first run leaves)."""
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    if write_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if source:
         env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
     start, cpu = time.perf_counter(), _children_cpu()

@@ -5,7 +5,9 @@ Cases, each a fresh process, interleaved per repetition (one pair = one repetiti
 * ``import_torch``: ``python -c 'import torch'``, the floor every run pays.
 * ``run_none``: ``rlrun total_frames=1024 progress=false logger=none`` (PPO CartPole).
 * ``run_mlflow``: the same with the default MLflow logger, in a directory whose embedded store
-  exists already (made by an untimed warm-up run: the everyday case).
+  exists already (made by an untimed warm-up run: the everyday case). The warm-up also writes
+  rlrun's bytecode caches, as a user's first run does, even where ``PYTHONDONTWRITEBYTECODE`` is
+  set (this project's machines set it: every timed run then compiled rlrun's modules again).
 * ``env_error``: ``rlrun env.id=Nope-v0 logger=none``, an error found while building.
 
 Per repetition the excess over ``import_torch`` (run - torch, seconds) and the ratio run / torch
@@ -32,11 +34,6 @@ CASES = {
 }
 
 
-def _time(args: list[str], expect: int, cwd: Path, source: str | None) -> float:
-    """Wall seconds of ``python *args`` in ``cwd``; checks the exit code."""
-    return time_python(args, expect, cwd, source)[0]
-
-
 def run(quick: bool = False, reps: int | None = None) -> dict:
     """Times every case ``reps`` times (default 5, 1 with ``quick``), interleaved."""
     reps = reps or (1 if quick else 5)
@@ -46,9 +43,10 @@ def run(quick: bool = False, reps: int | None = None) -> dict:
     cpu = {c: {s: [] for s in sides} for c in CASES}
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {s: Path(tmp, s) for s in sides}
-        for side, d in dirs.items():  # the store the MLflow runs find (made untimed)
-            d.mkdir()
-            _time([*CASES["run_mlflow"][0], "hydra.run.dir=runs/warm-up"], 0, d, sides[side])
+        for side, d in dirs.items():  # the store the MLflow runs find, and the bytecode caches
+            d.mkdir()                   # of a user's first run (both made untimed)
+            time_python([*CASES["run_mlflow"][0], "hydra.run.dir=runs/warm-up"], 0, d, sides[side],
+                        write_bytecode=True)
         for rep in range(reps):
             for case, (args, expect, _) in CASES.items():
                 for side in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
