@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from rlrun.cli.compose import (
     CONF_DIR,
+    SIGNATURE_GROUP,
     env_name,
     list_components,
     package_versions,
@@ -253,7 +254,27 @@ def _main(argv: list[str], command: bool = False) -> int:
             precheck(argv)
         except RlrunError as err:
             return _config_error(err)
+    if "--help" in argv or "-h" in argv:
+        return _app_help(argv)
     return _run_hydra_main(argv)
+
+
+def _app_help(argv: list[str]) -> int:
+    """Hydra's ``--help`` without the ``signature/*`` groups: those hold each component's factory
+    defaults for presets to start from (``compose._store_signatures``), not choices to make on a
+    command line. Hydra's help lists every group but its own (a fixed predicate in its
+    ``get_help``), so its printed text is filtered."""
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            return _run_hydra_main(argv)
+    finally:
+        sys.stdout.write("".join(line for line in text.getvalue().splitlines(keepends=True)
+                                 if not line.startswith(f"{SIGNATURE_GROUP}/")))
+        sys.stdout.flush()
 
 
 def _config_error(err: RlrunError) -> int:

@@ -213,6 +213,15 @@ def test_cfg_job_prints_resolved_config(tmp_path, capsys):
     assert "total_frames: 20000" in out and "name: sac" in out
 
 
+def test_help_lists_the_groups_a_user_picks_not_the_signatures(tmp_path, capsys):
+    code, out, _ = run_cli(["--help"], tmp_path, capsys)
+    assert code == 0
+    groups = [line.split(":")[0] for line in out.splitlines() if ": " in line]
+    assert {"algo", "env", "logger", "paper/table1", "sweep"} <= set(groups)
+    assert not [g for g in groups if g.startswith("signature")]  # factory defaults, not choices
+    assert "seed: 0" in out  # the config part of Hydra's help is still there
+
+
 def test_long_override_lists_get_a_short_stable_run_directory():
     from rlrun.cli.compose import _run_name
 
