@@ -7,13 +7,21 @@ from pathlib import Path
 import pytest
 
 from rlrun.benchmarks import BENCHMARKS, startup
+from rlrun.benchmarks.cli import time_python
 
 
 def test_time_checks_the_exit_code(tmp_path: Path):
-    assert startup._time(["-c", "pass"], 0, tmp_path, None) > 0
+    assert time_python(["-c", "pass"], 0, tmp_path)[0] > 0
     with pytest.raises(RuntimeError, match="exited 3, expected 0"):
-        startup._time(["-c", "import sys; sys.exit(3)"], 0, tmp_path, None)
+        time_python(["-c", "import sys; sys.exit(3)"], 0, tmp_path)
     assert "startup" in BENCHMARKS
+
+
+def test_the_warm_up_may_write_bytecode_where_the_environment_forbids_it(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    writes = ["-c", "import sys; sys.exit(3 if sys.dont_write_bytecode else 0)"]
+    time_python(writes, 0, tmp_path, write_bytecode=True)
+    time_python(writes, 3, tmp_path)  # timed runs keep the environment as it is
 
 
 def test_render_shows_the_excess_over_import_torch():
