@@ -20,6 +20,10 @@ baseline timed in the same process (each also with the opt-in ``optim.impl=fused
   updates/s any implementation of this update could reach on this core with this
   BLAS; rlrun's fraction of it is the overhead left (element-wise ops, Adam,
   autograd, Python).
+* The eager ceiling against the same floor: the floor's matmuls plus only the element-wise ops
+  no eager implementation avoids (``eager_ceiling``: ReLU forward and backward, bias sums, one
+  fused Adam call, polyak), with no autograd, loss arithmetic or Python bookkeeping: an upper
+  bound on the fraction of the floor any eager SAC update can reach here.
 * PPO minibatch step against the pre-#27 construction (``impl=for_loop``: torch's
   per-tensor Adam loop, which was the CPU default), in ms per minibatch.
 
@@ -120,6 +124,87 @@ def gemm_floor(shapes: list[tuple[int, int, int]]) -> Callable[[int], None]:
             for a, b, out in ops:
                 torch.mm(a, b, out=out)
     return steps
+
+
+def eager_ceiling(batch: int = BATCH) -> tuple[Callable[[int], None], list[tuple[int, int, int]]]:
+    """The most an eager SAC update at these shapes could reach: ``sac_gemms``' matmuls (the
+    forward ones as ``addmm`` with the bias) and, on preallocated tensors, only the element-wise
+    work no eager implementation avoids: ReLU and its backward between layers, the bias
+    gradients' sums, one fused Adam call over all 19 parameters and the polyak ``lerp``.
+
+    Left out, so the ceiling is an upper bound: the loss's own arithmetic (the tanh-Gaussian
+    sample and log-probability, the twin minimum, the TD target, the squared errors), autograd
+    and any Python around the ops. Returns the steps and the ``(m, k, n)`` of its matmuls in
+    order (``sac_gemms``'s, which tests/benchmarks checks).
+    """
+    g = torch.Generator().manual_seed(0)
+    ops: list[Callable[[], object]] = []
+    shapes: list[tuple[int, int, int]] = []
+
+    def layers(sizes: list[int]) -> list[tuple[Tensor, Tensor]]:
+        return [(torch.randn(i, o, generator=g) * 0.05, torch.zeros(o)) for i, o in zip(sizes, sizes[1:])]
+
+    actor = layers([OBS, 256, 256, 2 * ACT])
+    critics = [layers([OBS + ACT, 256, 256, 1]) for _ in range(2)]
+
+    def forward(net: list[tuple[Tensor, Tensor]]) -> list[Tensor]:
+        h = torch.randn(batch, net[0][0].shape[0], generator=g)
+        outs = [h]
+        for j, (w, b) in enumerate(net):
+            out = torch.empty(batch, w.shape[1])
+            ops.append(lambda b=b, h=h, w=w, out=out: torch.addmm(b, h, w, out=out))
+            shapes.append((batch, w.shape[0], w.shape[1]))
+            if j < len(net) - 1:
+                ops.append(out.relu_)
+            outs.append(out)
+            h = out
+        return outs  # the input, then each layer's output
+
+    def backward(net: list[tuple[Tensor, Tensor]], acts: list[Tensor], dw: bool, first_dx: bool) -> None:
+        dy = torch.randn(batch, net[-1][0].shape[1], generator=g)
+        inputs = acts[:-1]  # each layer's input
+        for j in range(len(net) - 1, -1, -1):
+            w, _ = net[j]
+            if dw:
+                dw_out, db_out = torch.empty_like(w), torch.empty(w.shape[1])
+                ops.append(lambda x=inputs[j], dy=dy, o=dw_out: torch.mm(x.t(), dy, out=o))
+                shapes.append((w.shape[0], batch, w.shape[1]))
+                ops.append(lambda dy=dy, o=db_out: torch.sum(dy, 0, out=o))
+            if j > 0 or first_dx:
+                dx = torch.empty(batch, w.shape[0])
+                ops.append(lambda dy=dy, w=w, o=dx: torch.mm(dy, w.t(), out=o))
+                shapes.append((batch, w.shape[1], w.shape[0]))
+                if j > 0:  # through the ReLU below: autograd's own op for it
+                    ops.append(lambda dx=dx, y=inputs[j]: torch.ops.aten.threshold_backward(dx, y, 0))
+                dy = dx
+
+    # forward in sac_gemms' order: actor on next_obs, critics on the target, on (obs, action),
+    # actor on obs, critics on (obs, new_action)
+    forward(actor)
+    for _ in range(2):
+        forward(critics[0]), forward(critics[1])
+    actor_acts = forward(actor)
+    critic_acts = [forward(critics[0]), forward(critics[1])]
+    for q, acts in zip(critics, critic_acts):  # TD loss: dW everywhere, dX above the first layer
+        backward(q, acts, dw=True, first_dx=False)
+    for q, acts in zip(critics, critic_acts):  # actor loss through the frozen critics: dX only
+        backward(q, acts, dw=False, first_dx=True)
+    backward(actor, actor_acts, dw=True, first_dx=False)
+    params = [t for net in [actor, *critics] for layer in net for t in layer] + [torch.zeros(1)]
+    grads, moments = [torch.randn_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    second, counts = [torch.zeros_like(p) for p in params], [torch.tensor(1.0) for _ in params]
+    targets = [t.clone() for net in critics for layer in net for t in layer]
+    sources = [t for net in critics for layer in net for t in layer]
+    ops.append(lambda: torch._fused_adam_(params, grads, moments, second, [], counts, lr=3e-4, beta1=0.9,
+                                          beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                                          maximize=False))
+    ops.append(lambda: torch._foreach_lerp_(targets, sources, 0.005))
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            for op in ops:
+                op()
+    return steps, shapes
 
 
 def _guard(loss: nn.Module, optim: OptimizerStep) -> tuple[DivergenceGuard, object]:
@@ -292,6 +377,10 @@ def run(quick: bool = False, reps: int | None = None, compile: bool = False) -> 
             ("SAC update (HalfCheetah shapes)", "updates/s", sac_n, rlrun_sac(batches),
              handwritten_sac(batches), "hand-written"),
             ("SAC update / its GEMM floor", "updates/s", sac_n, rlrun_sac(batches),
+             gemm_floor(sac_gemms()), "torch.mm floor"),
+            # what eager execution could reach at best: the floor's GEMMs plus the element-wise
+            # ops no eager update avoids (eager_ceiling), against the floor
+            ("SAC eager ceiling / its GEMM floor", "updates/s", sac_n, eager_ceiling()[0],
              gemm_floor(sac_gemms()), "torch.mm floor"),
             ("PPO epoch (CartPole shapes, 32 minibatches)", "epochs/s", ppo_n, rlrun_ppo(ppo_batch),
              handwritten_ppo(ppo_batch), "hand-written"),
