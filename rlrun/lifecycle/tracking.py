@@ -261,7 +261,11 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
     where = (tracking_uri, str(Path(root) if root else Path.cwd()), experiment)
     inner = take_prestarted(*where)  # MLflow in its own process, opened while the run was built
     if inner is not None:
-        inner.start_run(run_name, run_id, tags)
+        try:
+            inner.start_run(run_name, run_id, tags)
+        except BaseException:  # the store cannot be opened: its worker ends now, not at exit
+            inner.close()
+            raise
     else:
         inner = MLflowLogger.__new__(MLflowLogger)
         with store_errors(tracking_uri, run_id):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import os
 import socket
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from cli_utils import run_cli, spawn
+from process_utils import descendants, wait_gone
 
 from rlrun.lifecycle.tracking import CSVLogger
 
@@ -153,6 +156,20 @@ def test_a_damaged_store_says_so_in_one_line_and_how_to_recover(tmp_path, capsys
     assert err.count("rlrun: error:") == 1 and "Traceback" not in err and "[SQL" not in err, err
     assert "is damaged: it is not a readable SQLite database" in err and "mv " in err, err
     assert (tmp_path / "mlflow.db").read_bytes() == b"not a database" * 100
+    # the MLflow worker that found it damaged has ended (it outlived the run in this process)
+    assert not wait_gone(_remote_workers(), timeout_s=10)
+
+
+def _remote_workers() -> set[int]:
+    return {pid for pid in descendants(os.getpid())
+            if b"rlrun.record.remote_worker" in _cmdline(pid)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def test_a_store_killed_during_creation_leaves_no_mlflow_db_and_the_rerun_makes_it(tmp_path, monkeypatch):
