@@ -368,8 +368,13 @@ def _token_auth_if_configured() -> None:
 
     A driver connecting by address sends a token only with ``RAY_AUTH_MODE=token``, even
     when the token file exists; this sets it when the file exists and the mode is unset.
+
+    Only before Ray's import, which reads the mode: afterwards the setting would not reach this
+    process's driver, only the processes it starts later (a local Ray's GCS then wanted a token
+    that this driver never sends: "Failed to start GCS ... InvalidAuthToken", in a process that
+    had used a local Ray, then tried an address, then started a local Ray again).
     """
-    if "RAY_AUTH_MODE" in os.environ:
+    if "RAY_AUTH_MODE" in os.environ or "ray" in sys.modules:
         return
     default = os.path.expanduser(os.path.join("~", ".ray", "auth_token"))
     path = os.environ.get("RAY_AUTH_TOKEN_PATH") or default

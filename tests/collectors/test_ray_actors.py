@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -101,9 +102,14 @@ def test_joining_a_cluster_sends_the_token_when_a_token_file_exists(tmp_path, mo
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # as in a process that has not imported Ray
     _token_auth_if_configured()
     assert "RAY_AUTH_MODE" not in os.environ  # no token: Ray's own default
     (tmp_path / "auth_token").write_text("0" * 64)
+    monkeypatch.setitem(sys.modules, "ray", object())  # Ray imported: its driver read the mode already
+    _token_auth_if_configured()
+    assert "RAY_AUTH_MODE" not in os.environ  # setting it now would reach only the processes it starts
+    monkeypatch.delitem(sys.modules, "ray")
     _token_auth_if_configured()
     assert os.environ["RAY_AUTH_MODE"] == "token"
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # an explicit choice is kept

@@ -26,6 +26,8 @@ ALLOWED_PRIVATE = {
     ("core/dynamo_lazy.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
     ("benchmarks/offline_update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("benchmarks/update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
+    ("benchmarks/update.py", "torch._fused_adam_"): "the eager ceiling's one fused Adam kernel call, without "
+                                                      "torch.optim's Python around it (no public name)",
     ("modules/networks.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("trainer/optim.py", "torch._foreach_add_"): _JOINT_ADAM,
     ("trainer/optim.py", "torch._foreach_lerp_"): _JOINT_ADAM,
