@@ -144,14 +144,27 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     trainer.logger = logger
-    # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
-    write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(config_text)})
-    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
-    if resume["run_id"] is None:
-        logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
-        logger.log_artifact(config_file)
-    elif resume["changes"]:
-        logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
+    try:
+        # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
+        write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(config_text)})
+        config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
+        if resume["run_id"] is None:
+            logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+            logger.log_artifact(config_file)
+        elif resume["changes"]:
+            logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
+    except BaseException:
+        # Before training (a full disk, a store that fails, Ctrl-C): the tracker run must not stay
+        # RUNNING for ever, as it did when the tracking file was never written (the rerun then
+        # starts a run of its own). A rerun that re-attaches marks it running again.
+        try:
+            logger.finish("FAILED")
+        except Exception:  # the tracker itself may be what failed: the error below says so
+            pass
+        progress.close()
+        collector.shutdown()
+        run.close()
+        raise
 
     status = "FAILED"
     evaluation = hooks["evaluation"]

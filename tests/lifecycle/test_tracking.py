@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import socket
 import subprocess
@@ -157,6 +158,21 @@ def test_a_damaged_store_says_so_in_one_line_and_how_to_recover(tmp_path, capsys
     assert "is damaged: it is not a readable SQLite database" in err and "mv " in err, err
     assert (tmp_path / "mlflow.db").read_bytes() == b"not a database" * 100
     # the MLflow worker that found it damaged has ended (it outlived the run in this process)
+    assert not wait_gone(_remote_workers(), timeout_s=10)
+
+
+def test_a_failure_before_training_leaves_the_tracker_run_failed_not_running(tmp_path, capsys, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("rlrun.lifecycle.run.write_tracking", full_disk)  # the tracking file is never written
+    code, _, err = run_cli([*FAST[:-2], "logger=mlflow", "progress=false"], tmp_path, capsys)
+    assert code == 2 and "out of space" in err and "Traceback" not in err, err
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert [r.info.status for r in runs] == ["FAILED"]  # was RUNNING for ever: no rerun could find it
     assert not wait_gone(_remote_workers(), timeout_s=10)
 
 
