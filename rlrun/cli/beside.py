@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rlrun.lifecycle.signals import die_with_parent
+
 AGAIN = object()
 """``beside``'s answer when the parent must do the work itself."""
 
@@ -141,7 +143,7 @@ def _child(work: Callable[[], Any], fd: int) -> None:
     message = _AGAIN
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to report, once
-        _die_with_parent()
+        die_with_parent()
         try:
             result = work()
         except SystemExit as stop:  # Hydra's own error path (its message printed, exit 1)
@@ -161,15 +163,6 @@ def _child(work: Callable[[], Any], fd: int) -> None:
                 view = view[os.write(fd, view):]
         finally:
             os._exit(0)
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):
-        pass
 
 
 def _reap(pid: int) -> None:

@@ -310,8 +310,11 @@ def _may_log_to_mlflow(argv: list[str]) -> bool:
     """Whether the command line leaves the logger at the default (MLflow) or picks MLflow: its
     worker is then worth starting before the config is composed (``rlrun.record.remote.start_early``;
     one the composed config does not use is ended)."""
-    return all(a.lstrip("+~").partition("=")[::2] in (("logger", "mlflow"),) or
-               a.lstrip("+~").partition("=")[0] != "logger" for a in argv)
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "logger" and value != "mlflow":
+            return False
+    return True
 
 
 def _import_training() -> None:

@@ -49,13 +49,10 @@ def run_single(argv: list[str], task: Callable, precheck: Callable, config_error
 
 
 def _hand_back(cfg: Any) -> None:
-    raise _beside_again()
-
-
-def _beside_again() -> BaseException:
+    """The fallback's task in the forked child: Hydra's own path must train in the parent."""
     from rlrun.cli.beside import Again
 
-    return Again()
+    raise Again()
 
 
 def _compose(argv: list[str], task: Callable, precheck: Callable, config_error: Callable[[RlrunError], int],

@@ -41,6 +41,19 @@ def _ignore(signum: int, frame: Any) -> None:
     """The stop signals' handler in rlrun's child processes: nothing (the main process decides)."""
 
 
+def die_with_parent() -> None:
+    """Has the kernel kill this process when its parent process dies (``PR_SET_PDEATHSIG``,
+    Linux; nothing elsewhere): rlrun's helper processes never outlive the run that started them."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _default_stop_signals_in_child() -> None:
     for sig in _OUTLIVED:
         signal.signal(sig, signal.SIG_DFL)

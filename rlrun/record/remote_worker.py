@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.signals import survive_stop_signals
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):
-        pass
+from rlrun.lifecycle.signals import die_with_parent, survive_stop_signals
 
 
 def serve() -> None:
     """The worker: one ``MLflowLogger``, a request per line of stdin, a reply per line."""
-    _die_with_parent()
+    die_with_parent()
     parent = os.getppid()
     survive_stop_signals()
     out = os.fdopen(os.dup(1), "w", buffering=1)

@@ -10,10 +10,7 @@ copies the rollout into its shared-memory slot; commands and replies are small t
 from __future__ import annotations
 
 import copy
-import ctypes
 import os
-import signal
-import sys
 import threading
 import time
 import traceback
@@ -28,7 +25,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from rlrun.collectors.sync import SyncCollector
-from rlrun.lifecycle.signals import survive_stop_signals
+from rlrun.lifecycle.signals import die_with_parent, survive_stop_signals
 
 SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 
@@ -46,11 +43,7 @@ def _die_with_main_process() -> None:
     if parent is not None:
         threading.Thread(target=lambda: (wait([parent.sentinel]), os._exit(1)), daemon=True,
                          name="rlrun-parent-watchdog").start()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except OSError:
-            pass
+    die_with_parent()
 
 
 def policy_fn(module: nn.Module, method: str) -> Callable[[Tensor], dict[str, Tensor]]:
