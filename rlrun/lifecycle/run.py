@@ -144,7 +144,11 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
                          **resume["tags"], **_paper_tags(cfg)})
     trainer.logger = logger
-    try:
+
+    status = "FAILED"
+    evaluation = hooks["evaluation"]
+    previous = install_stop_handlers(trainer)
+    try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
         # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
         write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(config_text)})
         config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
@@ -153,23 +157,6 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             logger.log_artifact(config_file)
         elif resume["changes"]:
             logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
-    except BaseException:
-        # Before training (a full disk, a store that fails, Ctrl-C): the tracker run must not stay
-        # RUNNING for ever, as it did when the tracking file was never written (the rerun then
-        # starts a run of its own). A rerun that re-attaches marks it running again.
-        try:
-            logger.finish("FAILED")
-        except Exception:  # the tracker itself may be what failed: the error below says so
-            pass
-        progress.close()
-        collector.shutdown()
-        run.close()
-        raise
-
-    status = "FAILED"
-    evaluation = hooks["evaluation"]
-    previous = install_stop_handlers(trainer)
-    try:
         trainer.train()
         if trainer.diverged:
             status = "DIVERGED"  # the last checkpoint stays the last finite one
@@ -204,10 +191,12 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                 logger.log_artifact(run_dir / "summary.json")
             if status == "DIVERGED":
                 logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
-            logger.finish({"DIVERGED": "FAILED"}.get(status, status))
-        finally:  # even when a full disk fails the summary: worker processes are never left behind
-            collector.shutdown()
-            run.close()
+        finally:  # even when a full disk fails the summary: the tracker run ends (never RUNNING
+            try:  # for ever) and worker processes are never left behind
+                logger.finish({"DIVERGED": "FAILED"}.get(status, status))
+            finally:
+                collector.shutdown()
+                run.close()
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
     return summary
