@@ -62,6 +62,7 @@ class TensorStorage:
         self.scratch_dir = scratch_dir
         self.device = torch.device("cpu") if backend == "memmap" else torch.device(device)
         self._data: TensorDictBase | None = None
+        self._selection: tuple | None = None  # (_data, keys, its columns) of the last get(keys=)
         self._schema: Schema | None = None
         self._dir: Path | None = None
         self._finalizer: weakref.finalize | None = None
@@ -158,8 +159,16 @@ class TensorStorage:
         """Gathers rows ``index`` (of only ``keys``, when given) into a new TensorDict of plain tensors."""
         if self._data is None:
             raise RuntimeError("storage is empty: nothing has been written yet")
-        data = self._data if keys is None else self._data.select(*keys)
+        data = self._data if keys is None else self._columns(tuple(keys))
         return data[index.to(self.device)]
+
+    def _columns(self, keys: tuple) -> TensorDictBase:
+        """The rows' ``keys`` columns: a TensorDict of the same tensors, made once per allocation
+        and key list (on-policy minibatches ask for the same columns every step)."""
+        made = self._selection
+        if made is None or made[0] is not self._data or made[1] != keys:
+            made = self._selection = (self._data, keys, self._data.select(*keys))
+        return made[2]
 
     def empty(self) -> None:
         """Forgets every row; the allocation is kept for reuse."""
@@ -169,7 +178,7 @@ class TensorStorage:
     def close(self) -> None:
         """Frees the allocation and removes the memmap folder."""
         self.empty()
-        self._data = None
+        self._data = self._selection = None  # the selection holds the old tensors too
         self._schema = None
         if self._finalizer is not None:
             self._finalizer()
