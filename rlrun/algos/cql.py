@@ -26,12 +26,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.algos.sac import frozen
 from rlrun.core.contracts import Loss
 from rlrun.core.policy import Policy
 from rlrun.core.registry import NonNegativeFloat, PositiveFloat, PositiveInt, Rate, register
 from rlrun.core.specs import EnvSpec
-from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.modules.networks import call_frozen, polyak_update, target_copy
 
 
 @register("loss", "cql")
@@ -147,8 +146,7 @@ class CQLLoss(Loss):
             loss_cql = self.cql_alpha * gap.sum()
 
         new_action, log_prob = actor.sample(obs)
-        with frozen(critic):
-            q_new = critic(obs, new_action).min(0).values
+        q_new = call_frozen(critic, obs, new_action).min(0).values
         out.update({
             "loss_critic": loss_td + loss_cql,
             "loss_actor": (alpha * log_prob - q_new).mean(),

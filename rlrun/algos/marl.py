@@ -19,13 +19,12 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 
 from rlrun.algos.marl_losses import MultiAgentQLoss, make_q_mixer
-from rlrun.algos.sac import frozen
 from rlrun.core.contracts import Loss
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, register
 from rlrun.core.specs import EnvSpec
 from rlrun.modules.group_models import GroupPolicy
-from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.modules.networks import call_frozen, polyak_update, target_copy
 
 
 def _group_policy(policy: Any, loss: str) -> GroupPolicy:
@@ -125,8 +124,7 @@ class MADDPGLoss(Loss):
         # joint[..., i, j] = mu_j(o_j) if j == i else a_j: agent i's row replaces only its own action
         own = torch.eye(n, dtype=torch.bool, device=obs.device).unsqueeze(-1)
         joint = torch.where(own, actor.act(obs).unsqueeze(-3), action.unsqueeze(-3))  # [*B, n, n, act]
-        with frozen(critic):
-            rows = critic(obs.unsqueeze(-3).expand(*obs.shape[:-2], n, *obs.shape[-2:]), joint)
+        rows = call_frozen(critic, obs.unsqueeze(-3).expand(*obs.shape[:-2], n, *obs.shape[-2:]), joint)
         q_own = rows.diagonal(dim1=-2, dim2=-1)  # [*B, n]: Q_i on row i
         return {"loss_critic": (q - target).pow(2).mean(), "loss_actor": -q_own.mean(),
                 "q_value": q.detach().mean()}

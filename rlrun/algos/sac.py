@@ -10,8 +10,6 @@ actor and only the TD loss reaches the critic.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from tensordict import TensorDict
@@ -21,20 +19,7 @@ from rlrun.core.contracts import Loss
 from rlrun.core.policy import Policy
 from rlrun.core.registry import PositiveFloat, Rate, register
 from rlrun.core.specs import EnvSpec
-from rlrun.modules.networks import polyak_update, target_copy
-
-
-@contextmanager
-def frozen(module: nn.Module) -> Iterator[None]:
-    """Evaluates ``module`` without accumulating gradients in its parameters."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
+from rlrun.modules.networks import call_frozen, polyak_update, target_copy
 
 
 @register("loss", "sac")
@@ -90,8 +75,7 @@ class SACLoss(Loss):
         loss_critic = 0.5 * sq.mean(-1).sum()
 
         new_action, log_prob = actor.sample(obs)
-        with frozen(critic):
-            q_new = critic(obs, new_action).min(0).values
+        q_new = call_frozen(critic, obs, new_action).min(0).values
         loss_actor = (alpha * log_prob - q_new).mean()
         loss_alpha = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
         return {

@@ -15,12 +15,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.algos.sac import frozen
 from rlrun.core.contracts import Loss
 from rlrun.core.errors import ConfigError
 from rlrun.core.policy import Policy
 from rlrun.core.registry import NonNegativeFloat, PositiveInt, Rate, register
-from rlrun.modules.networks import polyak_update, target_copy
+from rlrun.modules.networks import call_frozen, polyak_update, target_copy
 
 
 @register("loss", "td3")
@@ -89,8 +88,7 @@ class TD3Loss(Loss):
                "td_error": td_error.detach().abs().max(0).values}
         self.calls += 1
         if self.actor_step:
-            with frozen(critic):
-                out["loss_actor"] = -critic(obs, actor.act(obs))[0].mean()
+            out["loss_actor"] = -call_frozen(critic, obs, actor.act(obs))[0].mean()
         return out
 
     def update_targets(self) -> None:

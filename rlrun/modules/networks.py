@@ -274,6 +274,17 @@ class TwinQCritic(nn.Module):
         return x.squeeze(-1).reshape(-1, *batch)
 
 
+def call_frozen(module: nn.Module, *args: Tensor) -> Tensor:
+    """``module(*args)`` on its parameters detached: gradients reach the inputs, never the parameters.
+
+    Through ``functional_call`` (views, no copies) rather than switching ``requires_grad`` off and on:
+    torch.compile cannot trace that switch, so under ``compile=true`` it ended the compiled graph
+    there and the rest of the loss ran eagerly. The ops and their results are the same either way.
+    """
+    params = {name: p.detach() for name, p in module.named_parameters()}
+    return torch.func.functional_call(module, params, args)
+
+
 def target_copy(module: nn.Module) -> nn.Module:
     """A frozen deep copy for target networks (updated by polyak averaging).
 

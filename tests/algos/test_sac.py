@@ -110,7 +110,7 @@ def test_actor_loss_reaches_actor_parameters_not_critic():
     out["loss_actor"].backward()
     assert all(p.grad is None for p in models.critic.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in models.actor.parameters())
-    assert all(p.requires_grad for p in models.critic.parameters())  # unfrozen afterwards
+    assert all(p.requires_grad for p in models.critic.parameters())  # still trainable
     assert loss.log_alpha.grad is None  # alpha is detached in the actor loss
 
 

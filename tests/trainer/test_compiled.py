@@ -135,6 +135,24 @@ def test_compiled_loss_equals_eager(name, tmp_path, datasets, monkeypatch):
         torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("name", ["sac", "td3", "cql"])
+def test_a_loss_that_evaluates_a_frozen_critic_traces_as_one_graph(name, tmp_path, datasets, monkeypatch):
+    """The actor's loss through a critic with detached parameters (``call_frozen``): before, the
+    critic was frozen by switching ``requires_grad`` off and on, which dynamo cannot trace, so
+    compile=true compiled the loss only up to there and ran the rest of it eagerly."""
+    import torch._dynamo
+
+    run, _, sub = first_batch(name, tmp_path, datasets, monkeypatch)
+    try:
+        if name == "td3":
+            run.loss.calls = run.loss.policy_delay - 1  # this call's losses include the actor's
+        explained = torch._dynamo.explain(run.loss)(sub)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    finally:
+        run.close()
+        torch._dynamo.reset()
+
+
 class SimulatedFailure(RuntimeError):
     pass
 
