@@ -11,8 +11,8 @@ independent Q-learning by a margin that a non-monotonic (broken) mixer does
 not reach. Calibration (eval over 60 episodes, seeds 0 / 1): IQL 2.41 / 2.76,
 VDN 2.63 / 2.79, QMIX 2.84 / 3.14; QMIX with sign-flipped first-layer mixing
 weights (non-monotonic, seed 0) scored -29.6, far below the margin. VDN's lead
-over IQL on navigation (+0.22 / +0.03) is not reliable at this scale, so there
-VDN is only required to learn.
+over IQL on navigation (+0.22 / +0.03) is not reliable at this scale, so VDN is
+tested on sampling only: beating IQL there needs it to learn, and more.
 
 On sampling (the task the paper's text names), 60k frames (about a minute a run
 here): IQL 32.8 / 32.9, VDN 46.0 / 41.4, QMIX 39.1 / 29.3 (seeds 0 / 1). VDN
@@ -85,11 +85,6 @@ def final_returns(tmp_path, capsys, scale: list[str], *algos: str) -> list[float
 def test_qmix_beats_independent_q_learning_on_navigation(tmp_path, capsys):
     iql, qmix = final_returns(tmp_path, capsys, Q_SCALE, "marl_iql", "qmix")
     assert qmix >= iql + 0.25, (iql, qmix)
-
-
-def test_vdn_learns_on_navigation(tmp_path, capsys):
-    first, final = train(tmp_path, capsys, "vdn", Q_SCALE)
-    assert final >= 2.3 and final - first >= 2.5, (first, final)
 
 
 def test_vdn_beats_independent_q_learning_on_sampling(tmp_path, capsys):
