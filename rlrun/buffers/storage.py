@@ -62,7 +62,7 @@ class TensorStorage:
         self.scratch_dir = scratch_dir
         self.device = torch.device("cpu") if backend == "memmap" else torch.device(device)
         self._data: TensorDictBase | None = None
-        self._selection: tuple | None = None  # (_data, keys, its columns) of the last get(keys=)
+        self._selection: tuple | None = None  # (keys, their columns) of the last get(keys=)
         self._schema: Schema | None = None
         self._dir: Path | None = None
         self._finalizer: weakref.finalize | None = None
@@ -88,6 +88,7 @@ class TensorStorage:
         return self._dir
 
     def _allocate(self, data: TensorDictBase) -> None:
+        self._selection = None  # columns of the previous allocation
         # expand() is a view, so neither branch materialises a template of capacity rows.
         template = data[0].expand(self.capacity)
         if self.backend == "ram":
@@ -165,10 +166,9 @@ class TensorStorage:
     def _columns(self, keys: tuple) -> TensorDictBase:
         """The rows' ``keys`` columns: a TensorDict of the same tensors, made once per allocation
         and key list (on-policy minibatches ask for the same columns every step)."""
-        made = self._selection
-        if made is None or made[0] is not self._data or made[1] != keys:
-            made = self._selection = (self._data, keys, self._data.select(*keys))
-        return made[2]
+        if self._selection is None or self._selection[0] != keys:
+            self._selection = (keys, self._data.select(*keys))
+        return self._selection[1]
 
     def empty(self) -> None:
         """Forgets every row; the allocation is kept for reuse."""
