@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+from rlrun.trainer.compiled import CompiledUpdate, compile_mode, let_gcc_vectorise_loops
 
 MLP = ["model.hidden=[16]"]
 OFFLINE = ["env=pendulum", "dataset=rlrun-device-check/pendulum/random-v0", "env.max_episode_steps=50",
@@ -231,6 +231,22 @@ def test_the_loss_own_errors_still_propagate():
 
 def test_mode_follows_the_device():
     assert compile_mode("cpu") == "default" and compile_mode("cuda:0") == "reduce-overhead"
+
+
+def test_gcc_builds_of_inductor_kernels_keep_the_loop_vectoriser():
+    # inductor turns gcc's loop vectoriser off; its mask stores then ran ~10x slower (let_gcc_vectorise_loops)
+    from torch._inductor import cpp_builder
+    before = cpp_builder._get_optimization_cflags
+    try:
+        assert "fno-tree-loop-vectorize" in before("g++")[0]  # torch still adds it: the patch still matters
+        assert let_gcc_vectorise_loops()
+        patched = cpp_builder._get_optimization_cflags
+        assert let_gcc_vectorise_loops() and cpp_builder._get_optimization_cflags is patched  # wraps once
+        cflags = patched("g++")[0]
+        assert "fno-tree-loop-vectorize" not in cflags
+        assert cflags == [f for f in before("g++")[0] if f != "fno-tree-loop-vectorize"]  # nothing else
+    finally:
+        cpp_builder._get_optimization_cflags = before
 
 
 def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
