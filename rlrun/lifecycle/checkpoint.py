@@ -197,11 +197,13 @@ _ADVICE = ("weights only load failed", "weights_only", "please file an issue",
 
 
 def error_reason(err: BaseException) -> str:
-    """The line of a load error that says what is wrong, without torch's advice."""
-    for line in str(err).splitlines():
-        line = line.strip().removeprefix("WeightsUnpickler error:").split(" Please ")[0].strip()
-        if line and not any(a in line.lower() for a in _ADVICE):
-            return line[:300]
+    """The line of a load error that says what is wrong, without torch's advice (and the line after
+    a heading such as ``Error(s) in loading state_dict for PPOLoss:``, which names the key)."""
+    lines = [ln.strip().removeprefix("WeightsUnpickler error:").split(" Please ")[0].strip()
+             for ln in str(err).splitlines()]
+    lines = [ln for ln in lines if ln and not any(a in ln.lower() for a in _ADVICE)]
+    if lines:
+        return (f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
     return "empty or truncated file" if isinstance(err, EOFError) else "unreadable"
 
 

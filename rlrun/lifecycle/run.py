@@ -108,7 +108,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
             trainer.compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
         if state is not None:
-            _restore(trainer, state, ckpt_path)
+            _restore(trainer, state, ckpt_path, resume.get("unsafe", []))
     except BaseException:
         progress.close()
         collector.shutdown()
@@ -228,6 +228,7 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
             fix="rerun with the values it started with, start afresh with resume=false, or accept the "
             "changes with resume_allow_changes=true (they are then listed and tagged on the run)")
     plan["changes"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume"]
+    plan["unsafe"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe]  # accepted by resume_allow_changes
     if ckpt_path is not None and ckpt_path.parent.resolve() != run_dir.resolve():
         plan["tags"] = {"resumed_from": str(ckpt_path.resolve()), "resumed_from_frame": str(state["frames"])}
     else:
@@ -247,15 +248,22 @@ def _paper_tags(cfg: DictConfig) -> dict[str, str]:
     return {f"paper.{k}": str(v) for k, v in paper.items()} if paper else {}
 
 
-def _restore(trainer: Trainer, state: dict, path: Path) -> None:
+def _restore(trainer: Trainer, state: dict, path: Path, unsafe: list[str]) -> None:
+    """Loads ``state`` into the trainer; a state that does not fit is one ``CheckpointError`` whose
+    fix names the likely cause (``unsafe``: config changes accepted with resume_allow_changes)."""
     try:
         trainer.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError) as err:
+        if unsafe:
+            fix = (f"the changes accepted with resume_allow_changes=true alter what is saved "
+                   f"({'; '.join(unsafe[:4])}): rerun without them, or start afresh with resume=false")
+        else:  # the config was checked equal (up to safe keys) before: the code that saved it differs
+            fix = ("the config is the one it was saved with, so an rlrun whose saved state differs "
+                   "(another version) wrote it: resume it with that version, or start afresh with "
+                   "resume=false")
         raise CheckpointError(
-            f"checkpoint {path} does not fit this config ({type(err).__name__}: "
-            f"{checkpoint.error_reason(err)[:300]})", key="resume",
-            fix="resume with the config the run started with (see its config.yaml), "
-            "or start afresh with resume=false") from None
+            f"checkpoint {path} does not fit this run ({type(err).__name__}: "
+            f"{checkpoint.error_reason(err)[:300]})", key="resume", fix=fix) from None
 
 
 class CheckpointWriter:

@@ -197,6 +197,29 @@ def test_resume_with_a_changed_config_lists_it_and_needs_consent(tmp_path, capsy
     assert tags["resumed_from"].endswith("runs/a/checkpoint.pt") and tags["resumed_from_frame"] == "1024"
 
 
+def test_a_checkpoint_that_does_not_fit_names_its_likely_cause(tmp_path, capsys):
+    base = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "eval.episodes=1",
+            "logger=none", "hydra.run.dir=r"]
+    code, _, err = run_cli([*base, "total_frames=512"], tmp_path, capsys)
+    assert code == 0, err
+    path = tmp_path / "r/checkpoint.pt"
+    saved = path.read_bytes()
+    # what an rlrun whose networks were laid out differently would have saved, with this config
+    state = torch.load(path, weights_only=True)
+    for part in ("policy", "loss"):
+        state[part] = {k.replace("net.0.", "layers.0."): v for k, v in state[part].items()}
+    torch.save(state, path)
+    code, _, err = run_cli([*base, "total_frames=1024"], tmp_path, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 2, err  # the message and its fix
+    assert "does not fit this run" in err and "another version" in err and "resume=false" in err
+    # the same checkpoint as written, with a shape change let through by resume_allow_changes
+    path.write_bytes(saved)
+    code, _, err = run_cli([*base, "total_frames=1024", "model.hidden=[32,32]", "resume_allow_changes=true"],
+                           tmp_path, capsys)
+    assert code == 2 and "model.hidden" in err and "resume_allow_changes" in err, err
+    assert "another version" not in err
+
+
 def test_checkpoint_says_when_it_leaves_out_the_buffer(tmp_path, capsys):
     sac = ["algo=sac", "env=pendulum", "total_frames=600", "collector.init_random_frames=200",
            "collector.frames_per_batch=200", "eval.episodes=1", "logger=none", "hydra.run.dir=r",
