@@ -67,6 +67,7 @@ def let_gcc_vectorise_loops() -> bool:
         return [f for f in cflags if f != "fno-tree-loop-vectorize"], ldflags
 
     optimization_cflags.rlrun_vectorise = True  # type: ignore[attr-defined]
+    optimization_cflags.__wrapped__ = original  # type: ignore[attr-defined]
     cpp_builder._get_optimization_cflags = optimization_cflags
     return True
 

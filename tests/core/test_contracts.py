@@ -24,6 +24,8 @@ _JOINT_ADAM = "Adam's foreach step over several groups at once (torch's multi-te
 _MODULE_HOOKS = "nn.Module.__call__'s own no-hook test, before calling layers' forward directly"
 ALLOWED_PRIVATE = {
     ("core/dynamo_lazy.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
+    ("trainer/compiled.py", "cpp_builder._get_optimization_cflags"):
+        "inductor's gcc flags, to drop the one that slows its mask kernels 10x (no option for it)",
     ("benchmarks/offline_update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("benchmarks/update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("benchmarks/update.py", "torch._fused_adam_"): "the eager ceiling's one fused Adam kernel call, without "

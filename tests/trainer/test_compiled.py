@@ -236,15 +236,17 @@ def test_mode_follows_the_device():
 def test_gcc_builds_of_inductor_kernels_keep_the_loop_vectoriser():
     # inductor turns gcc's loop vectoriser off; its mask stores then ran ~10x slower (let_gcc_vectorise_loops)
     from torch._inductor import cpp_builder
-    before = cpp_builder._get_optimization_cflags
+    before = cpp_builder._get_optimization_cflags  # patched already where this process compiled
+    original = getattr(before, "__wrapped__", before)
     try:
-        assert "fno-tree-loop-vectorize" in before("g++")[0]  # torch still adds it: the patch still matters
+        assert "fno-tree-loop-vectorize" in original("g++")[0]  # torch still adds it: the patch still matters
+        cpp_builder._get_optimization_cflags = original
         assert let_gcc_vectorise_loops()
         patched = cpp_builder._get_optimization_cflags
         assert let_gcc_vectorise_loops() and cpp_builder._get_optimization_cflags is patched  # wraps once
         cflags = patched("g++")[0]
         assert "fno-tree-loop-vectorize" not in cflags
-        assert cflags == [f for f in before("g++")[0] if f != "fno-tree-loop-vectorize"]  # nothing else
+        assert cflags == [f for f in original("g++")[0] if f != "fno-tree-loop-vectorize"]  # nothing else
     finally:
         cpp_builder._get_optimization_cflags = before
 
