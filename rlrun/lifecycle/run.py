@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
 
             trainer.compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
         if state is not None:
-            _restore(trainer, state, ckpt_path, resume.get("unsafe", []))
+            _restore(trainer, state, ckpt_path, resume["unsafe"])
     except BaseException:
         progress.close()
         collector.shutdown()
@@ -206,7 +207,7 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
                  config_text: str) -> dict:
     """The tracker run to continue, the config changes to list, the tags to add (``config_text``:
     ``cfg`` as resolved YAML)."""
-    plan: dict[str, Any] = {"run_id": None, "changes": [], "tags": {}, "continues": False}
+    plan: dict[str, Any] = {"run_id": None, "changes": [], "unsafe": [], "tags": {}, "continues": False}
     new = flatten(OmegaConf.to_container(cfg, resolve=True))
     if state is None:
         known = read_tracking(run_dir)
@@ -222,18 +223,23 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
                if old.get(k, "<unset>") != new.get(k, "<unset>")]
     unsafe = [c for c in changes if not matches(c[0], SAFE_TO_CHANGE)]
     if unsafe and not cfg.get("resume_allow_changes"):
-        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe[:8])
+        listed = "; ".join(_listed(unsafe[:8]))
         raise ConfigError(
             f"the checkpoint {ckpt_path} was trained with another config ({listed})", key="resume",
             fix="rerun with the values it started with, start afresh with resume=false, or accept the "
             "changes with resume_allow_changes=true (they are then listed and tagged on the run)")
-    plan["changes"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k != "resume"]
-    plan["unsafe"] = [f"{k}: {a!r} -> {b!r}" for k, a, b in unsafe]  # accepted by resume_allow_changes
+    plan["changes"] = _listed(c for c in changes if c[0] != "resume")
+    plan["unsafe"] = _listed(unsafe)  # accepted by resume_allow_changes
     if ckpt_path is not None and ckpt_path.parent.resolve() != run_dir.resolve():
         plan["tags"] = {"resumed_from": str(ckpt_path.resolve()), "resumed_from_frame": str(state["frames"])}
     else:
         plan["run_id"], plan["continues"] = state.get("mlflow_run_id"), True
     return plan
+
+
+def _listed(changes: Iterable[tuple[str, Any, Any]]) -> list[str]:
+    """``key: old -> new`` per (key, old, new) config change."""
+    return [f"{k}: {a!r} -> {b!r}" for k, a, b in changes]
 
 
 def _exact_config_hash(config_text: str) -> str:

@@ -51,22 +51,21 @@ def let_gcc_vectorise_loops() -> bool:
     eager to faster (rlrun/benchmarks/README.md). Only the code generated for loops changes:
     inductor's flags still forbid reassociating or contracting float arithmetic
     (``-fno-unsafe-math-optimizations``, ``-ffp-contract=off``), so kernels compute the same values.
-    Clang builds never had the flag. A no-op (False) where torch's builder no longer has this
-    private function or no longer adds the flag.
+    Clang builds never had the flag. Returns False (changing nothing) where torch's builder no
+    longer has this private function; the wrapper keeps the original as ``__wrapped__``.
     """
     try:
         from torch._inductor import cpp_builder
     except ImportError:
         return False
     original = getattr(cpp_builder, "_get_optimization_cflags", None)
-    if original is None or getattr(original, "rlrun_vectorise", False):
+    if original is None or getattr(original, "__module__", None) == __name__:  # absent, or wrapped already
         return original is not None
 
     def optimization_cflags(*args: Any, **kwargs: Any) -> Any:
         cflags, ldflags = original(*args, **kwargs)
         return [f for f in cflags if f != "fno-tree-loop-vectorize"], ldflags
 
-    optimization_cflags.rlrun_vectorise = True  # type: ignore[attr-defined]
     optimization_cflags.__wrapped__ = original  # type: ignore[attr-defined]
     cpp_builder._get_optimization_cflags = optimization_cflags
     return True
