@@ -34,3 +34,38 @@ def test_worker_skips_the_teardown_after_finish(tmp_path: Path):
 
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(replies[1]["result"])
     assert run.info.status == "FINISHED" and run.data.metrics == {"x": 1.0}
+
+
+# Prints, at the end of input, which of the hidden libraries the worker's MLflow imported anyway.
+WORKER_REPORTING = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in "
+                    "('pandas', 'numpy', 'scipy', 'pyarrow', 'sklearn') if m in sys.modules), "
+                    "file=sys.stderr)); from rlrun.record.remote_worker import serve; serve()")
+
+
+def test_every_request_is_served_without_pandas_or_numpy(tmp_path: Path):
+    """The worker hides the data libraries from MLflow (as mlflow-skinny runs): every request the
+    run sends still succeeds, and what it logged is in the store."""
+    artifact = tmp_path / "config.yaml"
+    artifact.write_text("seed: 1\n")
+    requests = [("open_store", {"tracking_uri": None, "root": str(tmp_path), "experiment": "rlrun"}),
+                ("start_run", {"run_name": "r", "run_id": None, "tags": {"algo": "ppo"}}),
+                ("log_params", {"params": {"lr": "0.001"}}),
+                ("log_metric_rows", {"rows": [[1, 1000, {"loss": 0.5}], [2, 2000, {"loss": 0.25}]]}),
+                ("last_steps", {"keys": ["loss", "absent"]}),
+                ("log_artifact", {"path": str(artifact)}),
+                ("set_tags", {"tags": {"status": "ok"}})]
+    stdin = "".join(json.dumps({"op": op, "kwargs": kw}) + "\n" for op, kw in requests)
+    done = subprocess.run([sys.executable, "-c", WORKER_REPORTING], input=stdin, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 0 and [list(r) for r in replies] == [["result"]] * len(requests), done.stdout
+    assert replies[4]["result"] == {"loss": 2}
+    assert done.stderr.strip().splitlines()[-1] == "[]"  # none of them was imported
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(replies[1]["result"])
+    assert run.data.params == {"lr": "0.001"} and run.data.tags["status"] == "ok"
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 0.25)]
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["config.yaml"]
