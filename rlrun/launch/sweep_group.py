@@ -61,7 +61,7 @@ def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
 
     uri = target["tracking_uri"]
     if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
-        from rlrun.lifecycle.tracking import probe_server
+        from rlrun.record.mlflow_logger import probe_server
 
         probe_server(uri)
     db = sqlite_path(uri)

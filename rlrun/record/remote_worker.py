@@ -26,7 +26,7 @@ def serve() -> None:
     if os.getppid() != parent:
         return
     sys.meta_path.insert(0, WithoutDataLibraries())
-    from rlrun.lifecycle.tracking import MLflowLogger, store_errors
+    from rlrun.record.mlflow_logger import MLflowLogger, store_errors
 
     try:  # MLflow's client and SQLite store modules, before the request that needs them arrives
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
