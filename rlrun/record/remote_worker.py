@@ -80,7 +80,8 @@ class WithoutDataLibraries(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> None:
         if name.partition(".")[0] in self.HIDDEN:
-            raise ModuleNotFoundError(f"No module named {name!r} (the MLflow worker runs without it)",
+            raise ModuleNotFoundError(f"No module named {name!r} (the MLflow worker runs without it; "
+                                      "RLRUN_MLFLOW_IN_PROCESS=1 runs MLflow in the run's process)",
                                       name=name)
         return None
 
