@@ -129,7 +129,7 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
             inner.close()
             raise
     else:
-        inner = MLflowLogger.__new__(MLflowLogger)
+        inner = MLflowLogger()
         with store_errors(tracking_uri, run_id):
             inner.open_store(tracking_uri, Path(where[1]), experiment)
         with store_errors(tracking_uri, run_id):

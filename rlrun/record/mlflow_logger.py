@@ -37,26 +37,20 @@ _STARTUP_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TI
 
 
 class MLflowLogger:
-    """Logs to MLflow through ``MlflowClient`` (no global active-run state).
-
-    Args:
-        tracking_uri: Any MLflow URI; ``None`` means ``sqlite:///<root>/mlflow.db``.
-        root: Where the embedded store and its artifacts live.
-        experiment: Experiment name (created if missing).
-        run_name: Display name of the run.
-        run_id: Continue this run (resume) instead of creating one.
-        tags: Tags set on a new run.
-    """
+    """Logs to MLflow through ``MlflowClient`` (no global active-run state): ``open_store``, then
+    ``start_run``, then the logging calls. Each step is its own call so that the caller can turn a
+    failure of either into its one-line error (``store_errors``)."""
 
     run_id: str | None = None
 
-    def __init__(self, tracking_uri: str | None, root: Path, experiment: str, run_name: str,
-                 run_id: str | None = None, tags: dict[str, str] | None = None):
-        self.open_store(tracking_uri, root, experiment)
-        self.start_run(run_name, run_id, tags)
-
     def open_store(self, tracking_uri: str | None, root: Path, experiment: str) -> None:
-        """Opens (or makes) the store and the experiment; ``start_run`` then makes or continues the run."""
+        """Opens (or makes) the store and the experiment.
+
+        Args:
+            tracking_uri: Any MLflow URI; ``None`` means ``sqlite:///<root>/mlflow.db``.
+            root: Where the embedded store and its artifacts live.
+            experiment: Experiment name (created if missing).
+        """
         from mlflow.tracking import MlflowClient
 
         root = Path(root).resolve()
@@ -78,7 +72,8 @@ class MLflowLogger:
         self.experiment_id = exp_id
 
     def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
-        """Makes the run (``run_id`` None) or marks ``run_id`` running again (resume)."""
+        """Makes the run ``run_name`` with ``tags`` (``run_id`` None) or marks ``run_id`` running
+        again (resume)."""
         with _bounded_http_retries():
             if run_id is not None:
                 self.client.update_run(run_id, status="RUNNING")
@@ -119,9 +114,6 @@ class MLflowLogger:
     def set_tags(self, tags: dict[str, str]) -> None:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, v)
-
-    def commit(self, step: int) -> None:
-        """Nothing to do: every call above is committed by MLflow before it returns."""
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status)

@@ -34,7 +34,7 @@ def serve() -> None:
     except ImportError:  # open_store reports it
         pass
 
-    logger = MLflowLogger.__new__(MLflowLogger)
+    logger = MLflowLogger()
     where: dict[str, Any] = {}
     for line in sys.stdin:
         request = json.loads(line)

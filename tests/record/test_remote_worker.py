@@ -18,16 +18,22 @@ WORKER = ("import atexit, sys; atexit.register(lambda: open(sys.argv[1], 'w').cl
           "from rlrun.record.remote_worker import serve; serve()")
 
 
+def _serve(code: str, requests: list[tuple[str, dict]], *args: str
+           ) -> tuple[subprocess.CompletedProcess, list]:
+    """Runs a worker (``python -c code *args``) on ``requests``; returns the process and its replies."""
+    stdin = "".join(json.dumps({"op": op, "kwargs": kw}) + "\n" for op, kw in requests)
+    done = subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    return done, [json.loads(line) for line in done.stdout.splitlines()]
+
+
 def test_worker_skips_the_teardown_after_finish(tmp_path: Path):
     mark = tmp_path / "teardown-ran"
     requests = [("open_store", {"tracking_uri": None, "root": str(tmp_path), "experiment": "rlrun"}),
                 ("start_run", {"run_name": "r", "run_id": None, "tags": {}}),
                 ("log_metrics", {"metrics": {"x": 1.0}, "step": 3}),
                 ("finish", {"status": "FINISHED"})]
-    stdin = "".join(json.dumps({"op": op, "kwargs": kw}) + "\n" for op, kw in requests)
-    done = subprocess.run([sys.executable, "-c", WORKER, str(mark)], input=stdin, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    done, replies = _serve(WORKER, requests, str(mark))
     assert done.returncode == 0 and len(replies) == 4 and all("result" in r for r in replies), done.stderr
     assert not mark.exists()
     from mlflow.tracking import MlflowClient
@@ -37,9 +43,9 @@ def test_worker_skips_the_teardown_after_finish(tmp_path: Path):
 
 
 # Prints, at the end of input, which of the hidden libraries the worker's MLflow imported anyway.
-WORKER_REPORTING = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in "
-                    "('pandas', 'numpy', 'scipy', 'pyarrow', 'sklearn') if m in sys.modules), "
-                    "file=sys.stderr)); from rlrun.record.remote_worker import serve; serve()")
+WORKER_REPORTING = ("import atexit, sys; from rlrun.record.remote_worker import WithoutDataLibraries, serve; "
+                    "atexit.register(lambda: print(sorted(m for m in WithoutDataLibraries.HIDDEN "
+                    "if m in sys.modules), file=sys.stderr)); serve()")
 
 
 def test_every_request_is_served_without_pandas_or_numpy(tmp_path: Path):
@@ -54,10 +60,7 @@ def test_every_request_is_served_without_pandas_or_numpy(tmp_path: Path):
                 ("last_steps", {"keys": ["loss", "absent"]}),
                 ("log_artifact", {"path": str(artifact)}),
                 ("set_tags", {"tags": {"status": "ok"}})]
-    stdin = "".join(json.dumps({"op": op, "kwargs": kw}) + "\n" for op, kw in requests)
-    done = subprocess.run([sys.executable, "-c", WORKER_REPORTING], input=stdin, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    done, replies = _serve(WORKER_REPORTING, requests)
     assert done.returncode == 0 and [list(r) for r in replies] == [["result"]] * len(requests), done.stdout
     assert replies[4]["result"] == {"loss": 2}
     assert done.stderr.strip().splitlines()[-1] == "[]"  # none of them was imported
