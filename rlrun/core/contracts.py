@@ -329,5 +329,8 @@ def protocol_members(protocol: type) -> list[str]:
 
 
 def missing_members(obj: Any, protocol: type) -> list[str]:
-    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms)."""
-    return [name for name in protocol_members(protocol) if not hasattr(obj, name)]
+    """The members of ``protocol`` that ``obj`` lacks (empty: it conforms). A member its class
+    defines counts without being read: reading a property may wait (a logger's ``run_id`` waits
+    for its tracker process to make the run)."""
+    return [name for name in protocol_members(protocol)
+            if not (any(name in vars(cls) for cls in type(obj).__mro__) or hasattr(obj, name))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from rlrun.lifecycle.rundir import RunLock, read_tracking, remove_stale_temp_fil
 from rlrun.lifecycle.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.lifecycle.tracking import Progress, say
 from rlrun.record import pause_point
+from rlrun.record.mlflow_logger import ATTEMPT_TAG
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 
@@ -139,19 +141,24 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
     run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
                         ) or run_dir.name
+    # Written before the tracker run can exist: a restart before the first checkpoint continues
+    # the run tagged with this attempt_id (or with run_id) instead of orphaning it. The tracker may
+    # make its run while training starts (rlrun.record.remote): its id is added once known.
+    tracking = {"run_id": resume["run_id"], "attempt_id": resume["attempt_id"],
+                "config": _exact_config_hash(config_text)}
+    write_tracking(run_dir, {**read_tracking(run_dir), **tracking})  # W&B's run id stays there
     logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
                    resumed=resume["continues"],  # a fresh start sets old metric files aside
                    resume_step=resume_step,
                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
-                         **resume["tags"], **_paper_tags(cfg)})
+                         ATTEMPT_TAG: resume["attempt_id"], **resume["tags"], **_paper_tags(cfg)})
     trainer.logger = logger
+    writer.tracking = tracking
 
     status = "FAILED"
     evaluation = hooks["evaluation"]
     previous = install_stop_handlers(trainer)
     try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
-        # Known from the moment the tracker run exists: a restart re-attaches instead of orphaning it.
-        write_tracking(run_dir, {"run_id": logger.run_id, "config": _exact_config_hash(config_text)})
         config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
         if resume["run_id"] is None:
             logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
@@ -159,6 +166,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         elif resume["changes"]:
             logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
         trainer.train()
+        _ = logger.run_id  # a tracker that could not make its run fails the run here if not before
         if trainer.diverged:
             status = "DIVERGED"  # the last checkpoint stays the last finite one
         else:
@@ -184,9 +192,10 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             **evaluation.last,
             "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
                                             if stats.recent_returns else None),
-            "mlflow_run_id": logger.run_id, "run_dir": str(run_dir),
+            "mlflow_run_id": _run_id_or_none(logger), "run_dir": str(run_dir),
         }
         try:
+            writer.note_run_id(summary["mlflow_run_id"])
             _write_json(run_dir / "summary.json", summary)
             if status != "FAILED":
                 logger.log_artifact(run_dir / "summary.json")
@@ -207,14 +216,19 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
                  config_text: str) -> dict:
     """The tracker run to continue, the config changes to list, the tags to add (``config_text``:
     ``cfg`` as resolved YAML)."""
-    plan: dict[str, Any] = {"run_id": None, "changes": [], "unsafe": [], "tags": {}, "continues": False}
+    plan: dict[str, Any] = {"run_id": None, "changes": [], "unsafe": [], "tags": {}, "continues": False,
+                            "attempt_id": uuid.uuid4().hex}
     new = flatten(OmegaConf.to_container(cfg, resolve=True))
     if state is None:
         known = read_tracking(run_dir)
         same = known.get("config") == _exact_config_hash(config_text)
         if cfg.resume not in (False, "false", "never") and same:
-            plan["run_id"] = known.get("run_id")  # killed before its first checkpoint: same run again
+            # killed before its first checkpoint: the same tracker run again, by its id if the
+            # killed process learned it, else by its attempt_id tag (a str checked by the tracker)
+            plan["run_id"] = known.get("run_id") if isinstance(known.get("run_id"), str) else None
             plan["continues"] = plan["run_id"] is not None
+            if isinstance(known.get("attempt_id"), str):
+                plan["attempt_id"] = known["attempt_id"]
         return plan
     # unresolved: the saved config is data, written resolved; resolving a hostile one's
     # ${oc.env:...} here would copy the environment into the listed changes and the tracker
@@ -235,6 +249,15 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
     else:
         plan["run_id"], plan["continues"] = state.get("mlflow_run_id"), True
     return plan
+
+
+def _run_id_or_none(logger: Any) -> str | None:
+    """The tracker run's id for the summary; none if the tracker could not make its run (that
+    error is the run's already, or it failed for another reason first)."""
+    try:
+        return logger.run_id
+    except Exception:
+        return None
 
 
 def _listed(changes: Iterable[tuple[str, Any, Any]]) -> list[str]:
@@ -287,6 +310,14 @@ class CheckpointWriter:
         self.config_text = config_text if config_text is not None else OmegaConf.to_yaml(cfg, resolve=True)
         self.trainer: Trainer | None = None
         self.warned = False
+        self.tracking: dict[str, Any] | None = None  # what tracking.json holds, once written
+
+    def note_run_id(self, run_id: str | None) -> None:
+        """Adds the tracker run's id to ``tracking.json`` once it is known (the tracker may make its
+        run while training starts); W&B's id, which its logger adds there, is kept."""
+        if self.tracking is not None and run_id is not None and self.tracking["run_id"] != run_id:
+            self.tracking["run_id"] = run_id
+            write_tracking(self.path.parent, {**read_tracking(self.path.parent), **self.tracking})
 
     def bind(self, trainer: Trainer) -> None:
         """The trainer whose state it saves (built after the checkpoint hook that calls ``save``)."""
@@ -309,8 +340,9 @@ class CheckpointWriter:
                   f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
         pause_point("checkpoint_write")
         logger = trainer.logger
-        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer),
-                         "mlflow_run_id": logger.run_id if logger is not None else None,
+        run_id = logger.run_id if logger is not None else None
+        self.note_run_id(run_id)  # before the checkpoint, which then never names a run tracking.json lacks
+        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
                          "config": self.config_text}, self.path)
         pause_point("checkpoint_commit")
         if logger is not None:

@@ -98,9 +98,10 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
 def read_tracking(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / TRACKING_FILE
     try:
-        return json.loads(path.read_text())
+        info = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return info if isinstance(info, dict) else {}  # data: a run directory may hold anything
 
 
 def write_tracking(run_dir: Path, info: dict[str, Any]) -> None:

@@ -247,7 +247,10 @@ class LoggerGroup(Logger):
 
     def __init__(self, loggers: list[Logger]):
         self.loggers = loggers
-        self.run_id = next((lg.run_id for lg in loggers if lg.run_id is not None), None)
+
+    @property
+    def run_id(self) -> str | None:  # type: ignore[override]
+        return next((lg.run_id for lg in self.loggers if lg.run_id is not None), None)
 
     def log_params(self, params: dict[str, Any]) -> None:
         for lg in self.loggers:

@@ -58,7 +58,6 @@ class JournaledLogger:
     def __init__(self, inner: Any, path: Path, resume_step: int | None, resend: bool = False):
         self._file = None
         self.inner, self.path = inner, Path(path)
-        self.run_id = inner.run_id
         self._marker = self.path.with_name(self.path.name + ".sending")
         self._pending: list[Row] = []
         self._sent: list[Row] = []  # kept only with ``resend``
@@ -77,6 +76,10 @@ class JournaledLogger:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.inner.run_id  # read when needed: the tracker may make its run meanwhile
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         row = (int(step), int(time.time() * 1000), {k: float(v) for k, v in metrics.items()})

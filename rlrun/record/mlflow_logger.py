@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,8 @@ for _name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 PROBE_TIMEOUT_S = 5.0
+ATTEMPT_TAG = "attempt_id"  # a new uuid4 per fresh start (``rlrun.lifecycle.run``), kept in tracking.json
+ATTEMPT_ID = re.compile(r"[0-9a-f]{32}")  # what a uuid4's hex is; tracking.json is data, never trusted
 # While the run is set up, a server that answers but fails gets this many retries of this
 # many seconds (MLflow's defaults, 7 retries with backoff, wait minutes); a user's own
 # MLFLOW_HTTP_REQUEST_* settings win. During training MLflow's settings apply unchanged.
@@ -73,8 +76,15 @@ class MLflowLogger:
 
     def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
         """Makes the run ``run_name`` with ``tags`` (``run_id`` None) or marks ``run_id`` running
-        again (resume)."""
+        again (resume). A run of the experiment whose ``attempt_id`` tag equals the one in ``tags``
+        is continued instead of making another: the run of a process killed before it learned the
+        run's id (its ``tracking.json`` names the attempt; ``rlrun.record.remote``)."""
         with _bounded_http_retries():
+            attempt = (tags or {}).get(ATTEMPT_TAG, "")
+            if run_id is None and ATTEMPT_ID.fullmatch(attempt):
+                found = self.client.search_runs([self.experiment_id], f"tags.{ATTEMPT_TAG} = '{attempt}'",
+                                                max_results=1)
+                run_id = found[0].info.run_id if found else None
             if run_id is not None:
                 self.client.update_run(run_id, status="RUNNING")
                 self.run_id = run_id

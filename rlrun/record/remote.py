@@ -5,9 +5,19 @@ mappers, alembic's schema check): on the run's critical path they came after the
 networks were built. ``prestart`` starts ``python -m rlrun.record.remote_worker`` as the run begins;
 that process imports MLflow and opens the store (``MLflowLogger.open_store``) on another core
 while this one imports torch and builds the run. ``make_mlflow`` then takes it
-(``take_prestarted``): creating the run is one request, and every later call of the logger is
-one request and its reply, each as synchronous as it was in-process. A store that cannot be
-opened is reported at the same point as before, before training, as the same ConfigError.
+(``take_prestarted``).
+
+The run does not wait for it to start: creating the tracker run, its params, tags and artifacts
+are sent without waiting for their replies, which are read at the first call that needs an
+answer (``run_id``, first read when the first checkpoint is written; the journal's sends;
+``finish``), so that a short run trains while MLflow is still loading (a 1,024-frame run waited
+0.4 s for it). Before that, a quick check in this process stands in for the store's opening:
+an embedded store must be absent or start as a SQLite file, a server must answer
+(``probe_server``); for anything else, or when the check fails, the run waits for the worker's
+verdict before training, as before. A store that passes the check and still cannot be opened (it
+holds runs but its schema is half-made; it is locked) fails the run at that first call, with the
+same one-line ConfigError. A kill before the reply leaves no orphan: the run's ``attempt_id`` tag
+is in ``tracking.json`` before the tracker run exists, and a rerun finds the run by it.
 
 The protocol is one JSON line per request on the worker's stdin and one per reply on a pipe of
 its own (its stdout, which it points at stderr for anything else that prints). The worker
@@ -35,7 +45,7 @@ _early: list[RemoteMLflow] = []  # started by start_early, store not yet named
 class RemoteMLflow:
     """``MLflowLogger``'s interface, served by a worker process (``python -m rlrun.record.remote_worker``)."""
 
-    run_id: str | None = None
+    MAX_UNREAD = 64  # replies left unread at most (each a short line: far below a pipe's buffer)
 
     def __init__(self, tracking_uri: str | None = None, root: str | None = None,
                  experiment: str | None = None):
@@ -44,18 +54,33 @@ class RemoteMLflow:
             self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                           env=env)
-        self._opened = self.taken = False
+        self.taken = False
+        self._where: tuple = (None, None, None)
+        self._unread: list[str] = []  # the ops sent without waiting, whose replies come in this order
+        self._run_id: str | None = None
+        self._failed = False  # the store or the run could not be started: said once, then nothing to end
         atexit.register(self.close)
         if root is not None:
             self.open(tracking_uri, root, experiment or "rlrun")
 
     def open(self, tracking_uri: str | None, root: str, experiment: str) -> None:
         """Asks the worker to open the store (it imports MLflow meanwhile, if it has not yet)."""
-        self._send("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
+        self._where = (tracking_uri, root, experiment)
+        self._send_later("open_store", tracking_uri=tracking_uri, root=root, experiment=experiment)
 
     def _send(self, op: str, **kwargs: Any) -> None:
-        self._proc.stdin.write(json.dumps({"op": op, "kwargs": kwargs}) + "\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write(json.dumps({"op": op, "kwargs": kwargs}) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise RuntimeError(f"the MLflow worker process ended (exit code {self._proc.poll()})") from None
+
+    def _send_later(self, op: str, **kwargs: Any) -> None:
+        """Sends a request whose reply is read by the next ``settle``."""
+        if len(self._unread) >= self.MAX_UNREAD:
+            self.settle()
+        self._send(op, **kwargs)
+        self._unread.append(op)
 
     def _reply(self) -> Any:
         line = self._proc.stdout.readline()
@@ -68,25 +93,49 @@ class RemoteMLflow:
             raise RuntimeError(reply["error"])
         return reply.get("result")
 
+    def settle(self) -> None:
+        """Waits for the replies to the requests sent without waiting; raises the first failure."""
+        first: Exception | None = None
+        while self._unread:
+            op = self._unread.pop(0)
+            try:
+                result = self._reply()
+            except (ConfigError, RuntimeError) as err:
+                if op in ("open_store", "start_run"):
+                    self._failed = True
+                first = first or err
+                continue
+            if op == "start_run":
+                self._run_id = result
+        if first is not None:
+            raise first
+
     def _call(self, op: str, **kwargs: Any) -> Any:
-        try:
-            self._send(op, **kwargs)
-        except (BrokenPipeError, ValueError):
-            raise RuntimeError(f"the MLflow worker process ended (exit code {self._proc.poll()})") from None
+        self.settle()
+        self._send(op, **kwargs)
         return self._reply()
 
     def opened(self) -> None:
         """Waits for the store to be open; raises its ConfigError if it cannot be."""
-        if not self._opened:
-            self._reply()
-            self._opened = True
+        self.settle()
+
+    @property
+    def run_id(self) -> str | None:
+        """The tracker run's id; waits for the worker to have made it (its failure is raised here, once)."""
+        if self._unread and "start_run" in self._unread:
+            self.settle()
+        return self._run_id
 
     def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
-        self.opened()
-        self.run_id = self._call("start_run", run_name=run_name, run_id=run_id, tags=tags)
+        """Makes the tracker run (or continues ``run_id``) without waiting, if ``store_looks_usable``;
+        else waits for it, so that the store's error comes before training."""
+        self._send_later("start_run", run_name=run_name, run_id=run_id, tags=tags)
+        self._run_id = run_id
+        if not store_looks_usable(*self._where[:2]):
+            self.settle()
 
     def log_params(self, params: dict[str, Any]) -> None:
-        self._call("log_params", params={k: str(v) for k, v in params.items()})
+        self._send_later("log_params", params={k: str(v) for k, v in params.items()})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._call("log_metrics", metrics=metrics, step=step)
@@ -98,16 +147,23 @@ class RemoteMLflow:
         return self._call("last_steps", keys=keys)
 
     def log_artifact(self, path: Any) -> None:
-        self._call("log_artifact", path=str(path))
+        self._send_later("log_artifact", path=str(path))
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        self._call("set_tags", tags={k: str(v) for k, v in tags.items()})
+        self._send_later("set_tags", tags={k: str(v) for k, v in tags.items()})
 
     def commit(self, step: int) -> None: ...
 
     def finish(self, status: str = "FINISHED") -> None:
+        """Ends the tracker run (nothing to end if it never started) and the worker."""
         try:
-            self._call("finish", status=status)
+            if self._failed:
+                return
+            try:
+                self.settle()
+            finally:  # a failed log_params or artifact still leaves the run to end
+                if not self._failed:
+                    self._call("finish", status=status)
         finally:
             self.close()
 
@@ -123,6 +179,34 @@ class RemoteMLflow:
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
             self._proc.stdout.close()
+
+
+def store_looks_usable(tracking_uri: str | None, root: str | None) -> bool:
+    """A quick check, in the run's process, that the worker will open this store: an embedded store
+    (``tracking_uri`` None or ``sqlite:///``) whose file is absent or starts as a SQLite file, in a
+    directory this process may write; an HTTP server that answers (``probe_server``: its failure is
+    the run's ConfigError at once). Anything else (another scheme, a check that fails): False, and
+    the run waits for the worker's own verdict before it trains."""
+    if tracking_uri is not None and tracking_uri.startswith(("http://", "https://")):
+        from rlrun.record.mlflow_logger import probe_server
+
+        probe_server(tracking_uri)
+        return True
+    from rlrun.record.store import embedded_uri, sqlite_path
+
+    db = sqlite_path(tracking_uri if tracking_uri is not None else embedded_uri(Path(root or os.getcwd())))
+    if db is None:
+        return False
+    folder = next((p for p in [db.parent, *db.parent.parents] if p.exists()), None)
+    if folder is None or not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        with open(db, "rb") as f:
+            return f.read(16) in (b"SQLite format 3\x00", b"")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def start_early() -> None:

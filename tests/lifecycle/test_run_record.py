@@ -43,19 +43,38 @@ def leftovers(run_dir: Path) -> list[str]:
     return sorted(p.name for p in run_dir.glob(".*.tmp*"))
 
 
-@pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "mid_run", "during_checkpoint_write",
-                                        "late_in_training", "during_shutdown"])
+def stored_runs(cwd: Path) -> int:
+    """Rows of the store's runs table (sqlite3: MLflow would cache the store for this process)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(cwd / "mlflow.db", timeout=10)
+        try:
+            return con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.parametrize("kill_point", ["before_first_checkpoint", "before_the_run_id_is_known", "mid_run",
+                                        "during_checkpoint_write", "late_in_training", "during_shutdown"])
 def test_sigkill_then_rerun_finishes_exactly_in_one_tracker_run(kill_point, tmp_path, capsys):
     total = 12288
     args = ["algo=ppo", "env=cartpole", f"total_frames={total}", "collector.frames_per_batch=1024",
             "eval.interval_frames=0", "eval.episodes=2", f"hydra.run.dir={RUN}",
-            "checkpoint.interval_frames=0" if kill_point == "before_first_checkpoint"
+            "checkpoint.interval_frames=0" if kill_point.startswith("before_")
             else "checkpoint.interval_frames=2048"]
     run_dir = tmp_path / RUN
     proc = spawn(args, tmp_path)
     if kill_point == "before_first_checkpoint":
         wait_for(lambda: (run_dir / "tracking.json").exists(), proc)  # the tracker run exists
         time.sleep(1.0)
+    elif kill_point == "before_the_run_id_is_known":
+        # the worker has made the tracker run; the run, training, has not read its id yet (it
+        # does at its first checkpoint): the rerun finds the run by its attempt_id tag
+        wait_for(lambda: stored_runs(tmp_path) == 1, proc)
+        assert json.loads((run_dir / "tracking.json").read_text())["run_id"] is None
     elif kill_point == "late_in_training":
         wait_for(lambda: checkpoint_frames(run_dir) >= 8192, proc)
     elif kill_point == "during_shutdown":  # the summary is written, the tracker not yet finished

@@ -162,10 +162,16 @@ def test_a_damaged_store_says_so_in_one_line_and_how_to_recover(tmp_path, capsys
 
 
 def test_a_failure_before_training_leaves_the_tracker_run_failed_not_running(tmp_path, capsys, monkeypatch):
-    def full_disk(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    from rlrun.lifecycle import checkpoint
 
-    monkeypatch.setattr("rlrun.lifecycle.run.write_tracking", full_disk)  # the tracking file is never written
+    write = checkpoint.atomic_write_text
+
+    def full_disk(path, *args, **kwargs):  # the disk fills up after the tracker run exists
+        if Path(path).name == "config.yaml":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "atomic_write_text", full_disk)
     code, _, err = run_cli([*FAST[:-2], "logger=mlflow", "progress=false"], tmp_path, capsys)
     assert code == 2 and "out of space" in err and "Traceback" not in err, err
     from mlflow.tracking import MlflowClient

@@ -45,3 +45,65 @@ def test_an_early_worker_that_the_config_does_not_use_is_ended(tmp_path: Path):
     assert not remote._early and not remote._prestarted
     assert early._proc.wait(timeout=30) is not None
     assert not (tmp_path / "mlflow.db").exists() and os.getcwd() != str(tmp_path)
+
+
+def test_the_run_goes_on_while_the_worker_opens_the_store(tmp_path: Path, monkeypatch):
+    """``start_run`` does not wait for the store (here held at its creation for 5 s): the run's id
+    is waited for when first read."""
+    monkeypatch.setenv("RLRUN_TEST_PAUSE_AT", "store_create")
+    monkeypatch.setenv("RLRUN_TEST_PAUSE_S", "5")
+    remote.prestart({"name": "mlflow", "root": str(tmp_path), "experiment": "e"})
+    taken = remote.take_prestarted(None, str(tmp_path), "e")
+    taken.start_run("r", None, {"k": "v"})
+    taken.log_params({"lr": 0.5})
+    assert not (tmp_path / "mlflow.db").exists()  # the worker is still importing MLflow, or paused
+    run_id = taken.run_id  # waits for the worker
+    assert (tmp_path / "mlflow.db").exists() and run_id
+    taken.finish("FINISHED")
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.5"}
+
+
+def test_a_store_that_fails_late_fails_the_run_once_and_leaves_no_worker(tmp_path: Path):
+    """A store that passes the quick check but cannot be opened (a SQLite file holding runs, not
+    MLflow's) is the run's ConfigError where its run id is first read; ending the logger then says
+    nothing more and ends the worker."""
+    import sqlite3
+
+    from rlrun.core.errors import ConfigError
+
+    con = sqlite3.connect(tmp_path / "mlflow.db")
+    con.execute("CREATE TABLE runs (name TEXT)")
+    con.execute("INSERT INTO runs VALUES ('kept')")
+    con.commit()
+    con.close()
+    remote.prestart({"name": "mlflow", "root": str(tmp_path), "experiment": "e"})
+    taken = remote.take_prestarted(None, str(tmp_path), "e")
+    taken.start_run("r", None, {})
+    with pytest.raises(ConfigError, match="holds 1 runs but cannot be opened"):
+        _ = taken.run_id
+    assert taken.run_id is None  # said once
+    taken.finish("FAILED")
+    assert taken._proc.poll() is not None
+
+
+def test_the_quick_store_check(tmp_path: Path):
+    import socket
+
+    from rlrun.core.errors import ConfigError
+    from rlrun.record.remote import store_looks_usable
+
+    assert store_looks_usable(None, str(tmp_path))  # no store yet: the worker makes it
+    assert store_looks_usable(None, str(tmp_path / "not" / "yet"))
+    (tmp_path / "mlflow.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
+    assert store_looks_usable(f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    (tmp_path / "mlflow.db").write_bytes(b"not a database" * 10)
+    assert not store_looks_usable(None, str(tmp_path))  # the worker's verdict, before training
+    assert not store_looks_usable("postgresql://u@localhost/db", None)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConfigError, match="no tracking server answers"):
+        store_looks_usable(f"http://127.0.0.1:{port}", None)

@@ -72,3 +72,21 @@ def test_every_request_is_served_without_pandas_or_numpy(tmp_path: Path):
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 0.25)]
     assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["config.yaml"]
+
+
+def test_a_run_tagged_with_the_attempt_is_continued_not_made_again(tmp_path: Path):
+    """A process killed before it learned its tracker run's id: the rerun's start_run, with the same
+    attempt_id tag, continues that run; another attempt (or a malformed id) makes a new one."""
+    from rlrun.record.mlflow_logger import MLflowLogger
+
+    def started(tags: dict) -> str:
+        logger = MLflowLogger()
+        logger.open_store(None, tmp_path, "rlrun")
+        logger.start_run("r", None, tags)
+        return logger.run_id
+
+    attempt, other = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+    first = started({"attempt_id": attempt, "algo": "ppo"})
+    assert started({"attempt_id": attempt, "algo": "ppo"}) == first
+    assert started({"attempt_id": other}) != first
+    assert started({"attempt_id": "x' OR tags.algo = 'ppo"}) not in (first,)  # data, never a filter
