@@ -71,6 +71,47 @@ def let_gcc_vectorise_loops() -> bool:
     return True
 
 
+def inductor_compile(fn: Callable, mode: str = "default") -> Callable:
+    """``torch.compile(fn, mode=mode)``; on ``default`` (CPU) with ``recompute_relu_masks`` in the
+    joint graph passes (inductor's ``joint_custom_post_pass``, for this compile only)."""
+    if mode != "default":
+        return torch.compile(fn, mode=mode)
+    from torch._inductor.custom_graph_pass import CustomGraphPass  # imported when compiling only
+
+    class RecomputeReluMasks(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            recompute_relu_masks(graph)
+
+        def uuid(self) -> str:  # inductor's caches key on it: a change of the pass needs a new one
+            return "rlrun.recompute_relu_masks.1"
+
+    return torch.compile(fn, options={"joint_custom_post_pass": RecomputeReluMasks()})
+
+
+def recompute_relu_masks(graph: torch.fx.Graph) -> int:
+    """Marks each ReLU backward mask ``relu(x) <= 0`` to be recomputed in the backward from the saved
+    float ``relu(x)``, not saved from the forward as a ``bool`` tensor; returns how many it marked.
+
+    Why: where the forward keeps no float ReLU output for the backward (SAC's actor loss through
+    the frozen critics needs no weight gradients, only the masks), AOTAutograd's min-cut saves the
+    mask, a quarter of the float's bytes. Inductor's CPU kernels then load it with ATen's
+    ``VecMask<float,1>::from(const bool*)``, a scalar loop with a select per element that is slow
+    on a ReLU's random mask: 0.9 ms per 131,072 elements, 1.5 ms of a compiled SAC update
+    (rlrun/benchmarks/README.md), while comparing a saved float is a vectorised load and compare.
+    The mask's values are the same either way; the forward saves the float instead of writing
+    the mask.
+    """
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten, marked = torch.ops.aten, 0
+    for node in graph.nodes:
+        if (node.target is aten.le.Scalar and node.args[1] == 0
+                and getattr(node.args[0], "target", None) is aten.relu.default):
+            node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE  # read by the partitioner
+            marked += 1
+    return marked
+
+
 def _reason(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"
@@ -98,7 +139,7 @@ class CompiledUpdate:
             config = torch._dynamo.config
             config.recompile_limit = max(config.recompile_limit, 2 * len(optimizer.optimizers) + 8)
             let_gcc_vectorise_loops()
-            compiler = torch.compile
+            compiler = inductor_compile
         if mode is None:
             first = next(loss.parameters(), None)
             mode = compile_mode(first.device if first is not None else "cpu")

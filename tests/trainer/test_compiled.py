@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from rlrun.trainer.compiled import CompiledUpdate, compile_mode, let_gcc_vectorise_loops
+from rlrun.trainer.compiled import CompiledUpdate, compile_mode, let_gcc_vectorise_loops, recompute_relu_masks
 
 MLP = ["model.hidden=[16]"]
 OFFLINE = ["env=pendulum", "dataset=rlrun-device-check/pendulum/random-v0", "env.max_episode_steps=50",
@@ -157,7 +157,7 @@ class SimulatedFailure(RuntimeError):
     pass
 
 
-def failing_compiler(fn, mode=None):
+def failing_compiler(fn, mode=None, **options):
     """A ``torch.compile`` stand-in whose first compiled call raises, as a dynamo/inductor error would."""
     def call(*args, **kwargs):
         raise SimulatedFailure("inductor: simulated C++ compile error\n(second line of the trace)")
@@ -249,6 +249,20 @@ def test_gcc_builds_of_inductor_kernels_keep_the_loop_vectoriser():
         assert cflags == [f for f in original("g++")[0] if f != "fno-tree-loop-vectorize"]  # nothing else
     finally:
         cpp_builder._get_optimization_cflags = before
+
+
+def test_relu_masks_are_marked_for_recomputation_and_nothing_else():
+    # the mask a ReLU's backward reads (``relu(x) <= 0``) is recomputed from the saved float, never
+    # saved as bool (slow to load in inductor's CPU kernels); other comparisons are left alone
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    graph = make_fx(lambda x: (aten.le.Scalar(aten.relu.default(x), 0), aten.le.Scalar(x, 0),
+                               aten.le.Scalar(aten.relu.default(x), 1.0)))(torch.randn(4)).graph
+    assert recompute_relu_masks(graph) == 1
+    marked = [n for n in graph.nodes if n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE]
+    assert len(marked) == 1 and marked[0].args[0].target is aten.relu.default and marked[0].args[1] == 0
 
 
 def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
