@@ -32,6 +32,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.optim import optimizer as torch_optimizer
+
+from rlrun.trainer.optim import _undecorated_step
 
 
 def compile_mode(device: torch.device | str) -> str:
@@ -112,6 +115,14 @@ def recompute_relu_masks(graph: torch.fx.Graph) -> int:
     return marked
 
 
+def step_each(steps: list[tuple[Callable, torch.optim.Optimizer]]) -> None:
+    """Each ``(step, optimiser)``'s ``step(optimiser)``: ``step`` is the class's own body, without
+    torch's wrappers (profiling label and hooks, ``_use_grad``'s grad switch and graph breaks);
+    the caller turns grad off and checks for hooks."""
+    for step, opt in steps:
+        step(opt)
+
+
 def _reason(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"
@@ -151,17 +162,47 @@ class CompiledUpdate:
         self._sub: Any = None
         self._stepped = 0
         self.fallbacks: list[str] = []  # what fell back to eager, with the reason
+        self._step_fns: dict[str, dict[str, Callable]] = {}
         for group, opt in optimizer.optimizers.items():
-            # CUDA graphs need capturable optimisers; the step compiles with the default mode
+            # CUDA graphs need capturable optimisers; the steps compile with the default mode
             opt.step = self._guard_step(group, opt.step, compiler(opt.step, mode="default"))
+        # Every stepping group in one compiled region (the per-group steps above serve where it
+        # declines: step hooks, a differentiable optimiser). Why: torch's ``step`` wrappers break
+        # the graph (``_use_grad``'s graph breaks), so each group's compiled step was two dynamo
+        # regions, each with its guard checks: six per SAC update.
+        self._together: Callable | None = compiler(step_each, mode="default")
+        self._groups = {id(opt): group for group, opt in optimizer.optimizers.items()}
+        optimizer.step_together = self._step_together
 
     def _fall_back(self, what: str, exc: BaseException) -> None:
         self.fallbacks.append(f"{what}: {_reason(exc)}")
         self._warn(f"[rlrun] compile=true: {self.name} {what} runs eager from now on "
                    f"(compile failed: {_reason(exc)})")
 
+    def _step_together(self, opts: list[torch.optim.Optimizer]) -> bool:
+        """``step_each(opts)`` compiled, without grad; False (nothing done) where a group's own
+        ``step`` must run: step hooks or a differentiable optimiser (their wrappers run those)."""
+        if (self._together is None or torch_optimizer._global_optimizer_pre_hooks
+                or torch_optimizer._global_optimizer_post_hooks
+                or any(o.defaults.get("differentiable") or o._optimizer_step_pre_hooks
+                       or o._optimizer_step_post_hooks for o in opts)):
+            return False
+        self._stepped += 1
+        try:
+            with torch.no_grad():  # outside the region: dynamo then traces an inference graph
+                self._together([(_undecorated_step(type(o)), o) for o in opts])
+        except Exception as exc:  # compilation happens before any parameter is written
+            self._together = None
+            for state in self._step_fns.values():  # the same compiler: no group tries it again
+                state["fn"] = state["eager"]
+            self._fall_back(f"optimiser step ({'+'.join(self._groups[id(o)] for o in opts)})", exc)
+            return False
+        for opt in opts:
+            opt._optimizer_step_code()  # what torch's step wrapper calls after each step (profilers)
+        return True
+
     def _guard_step(self, group: str, eager: Callable, compiled: Callable) -> Callable:
-        state = {"fn": compiled}
+        state = self._step_fns[group] = {"fn": compiled, "eager": eager}
 
         def step(*args: Any, **kwargs: Any) -> Any:
             self._stepped += 1

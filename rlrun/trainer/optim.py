@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -106,6 +107,9 @@ class OptimizerStep:
             ((group, only),) = self.optimizers.items()
             self._flat = FlatAdam(group, only) if FlatAdam.fits(only) else None
         self.last_grad_norms: dict[str, Tensor] = {}
+        # set by compile=true (rlrun.trainer.compiled): steps the optimisers it is given in one call,
+        # or returns False having done nothing (each then steps itself)
+        self.step_together: Callable[[list[torch.optim.Optimizer]], bool] | None = None
         self.progress = 0.0  # of the training budget, fed by ``anneal``
         self._apply_schedule()
 
@@ -152,7 +156,8 @@ class OptimizerStep:
                 # returns a tensor: logged later without a host sync here
                 self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
             stepping.append(opt)
-        if not (self._adam_together and adam_together(stepping)):
+        if not ((self.step_together is not None and stepping and self.step_together(stepping))
+                or (self._adam_together and adam_together(stepping))):
             for opt in stepping:
                 step_without_dynamo(opt)
         self._after_step()

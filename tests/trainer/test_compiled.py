@@ -222,6 +222,56 @@ def test_a_backward_compile_failure_redoes_the_step_eagerly(capsys):
         assert torch.equal(p, q)
 
 
+def small_sac(seed: int = 0):
+    import numpy as np
+
+    from rlrun.algos.sac import SACLoss
+    from rlrun.benchmarks.update import sac_batches
+    from rlrun.core.specs import EnvSpec
+    from rlrun.modules.models import actor_twin_q
+    from rlrun.trainer.optim import OptimizerStep
+
+    torch.manual_seed(seed)
+    spec = EnvSpec((17,), np.dtype(np.float32), False, 6)
+    loss = SACLoss(actor_twin_q(spec, hidden=[8]), spec, gamma=0.99)
+    return loss, OptimizerStep(loss.param_groups(), "adam", lr=1e-3), sac_batches()[0]
+
+
+def counting_compiler(calls: list):
+    def compiler(fn, mode=None, **options):  # "compiles" to fn itself, counting the calls by name
+        def call(*args, **kwargs):
+            calls.append(getattr(fn, "__name__", "loss"))
+            return fn(*args, **kwargs)
+        return call
+    return compiler
+
+
+def test_the_groups_step_together_in_one_compiled_call():
+    eager, eager_opt, sub = small_sac()
+    loss, optimizer, _ = small_sac()
+    calls: list[str] = []
+    update = CompiledUpdate(loss, optimizer, compiler=counting_compiler(calls))
+    train(eager, eager_opt, sub, None, updates=3)
+    train(loss, optimizer, sub, update, updates=3)
+    assert calls == ["loss", "step_each"] * 3  # critic, actor and alpha: one call, no per-group step
+    for p, q in zip(eager.parameters(), loss.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_a_step_hook_makes_each_group_step_itself():
+    eager, eager_opt, sub = small_sac()
+    loss, optimizer, _ = small_sac()
+    calls: list[str] = []
+    update = CompiledUpdate(loss, optimizer, compiler=counting_compiler(calls))
+    seen = []
+    optimizer.optimizers["actor"].register_step_pre_hook(lambda opt, args, kwargs: seen.append(1))
+    train(eager, eager_opt, sub, None, updates=2)
+    train(loss, optimizer, sub, update, updates=2)
+    assert calls == ["loss", "step", "step", "step"] * 2 and len(seen) == 2  # torch's step runs the hook
+    for p, q in zip(eager.parameters(), loss.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_the_loss_own_errors_still_propagate():
     loss, optimizer, sub = small_ppo()
     update = CompiledUpdate(loss, optimizer, compiler=failing_compiler, warn=lambda line: None)
