@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from rlrun.trainer.compiled import CompiledUpdate, compile_mode, let_gcc_vectorise_loops, recompute_relu_masks
+from rlrun.trainer.compiled import (CompiledUpdate, compile_mode, let_gcc_vectorise_loops, recompute_relu_masks,
+                                    unfuse_bias_adds)
 
 MLP = ["model.hidden=[16]"]
 OFFLINE = ["env=pendulum", "dataset=rlrun-device-check/pendulum/random-v0", "env.max_episode_steps=50",
@@ -313,6 +314,28 @@ def test_relu_masks_are_marked_for_recomputation_and_nothing_else():
     assert recompute_relu_masks(graph) == 1
     marked = [n for n in graph.nodes if n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE]
     assert len(marked) == 1 and marked[0].args[0].target is aten.relu.default and marked[0].args[1] == 0
+
+
+def test_bias_adds_feeding_elementwise_ops_leave_the_gemm():
+    # addmm/baddbmm whose uses are all element-wise become mm/bmm + add (inductor adds the bias in
+    # the ReLU's kernel instead of ATen copying it into the output first); the others stay
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    aten = torch.ops.aten
+
+    def f(b, x, w, b3, x3, w3):
+        return (aten.relu.default(aten.addmm.default(b, x, w)), aten.baddbmm.default(b3, x3, w3).sum(),
+                aten.addmm.default(b, x, w, beta=2))
+
+    args = (torch.randn(5), torch.randn(3, 4), torch.randn(4, 5), torch.randn(2, 1, 5), torch.randn(2, 3, 4),
+            torch.randn(2, 4, 5))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    assert unfuse_bias_adds(gm.graph) == 1
+    gm.recompile()
+    targets = [n.target for n in gm.graph.nodes]
+    assert aten.mm.default in targets and aten.baddbmm.default in targets and targets.count(aten.addmm.default) == 1
+    for got, want in zip(gm(*args), f(*args)):
+        torch.testing.assert_close(got, want)
 
 
 def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
