@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import optimizer as torch_optimizer
 
-from rlrun.trainer.optim import _undecorated_step
+from rlrun.trainer.optim import _can_step_together, _undecorated_step, adam_together
 
 
 def compile_mode(device: torch.device | str) -> str:
@@ -183,10 +183,14 @@ class CompiledUpdate:
         mode: ``torch.compile`` mode (None: ``compile_mode`` of the loss's device).
         compiler: ``torch.compile`` or a stand-in with its signature (tests).
         warn: Where fallback lines go (default: stderr).
+        fused_adam: Step plain CPU Adams with torch's fused kernel, not a compiled step (None:
+            when compiling with inductor for CPU, ``mode="default"``).
     """
 
     def __init__(self, loss: nn.Module, optimizer: Any, mode: str | None = None,
-                 compiler: Callable | None = None, warn: Callable[[str], None] | None = None):
+                 compiler: Callable | None = None, warn: Callable[[str], None] | None = None,
+                 fused_adam: bool | None = None):
+        real = compiler is None
         if compiler is None:
             import torch._dynamo  # here only: compile=false runs never pay for it (rlrun.core.dynamo_lazy)
 
@@ -216,6 +220,13 @@ class CompiledUpdate:
         # the graph (``_use_grad``'s graph breaks), so each group's compiled step was two dynamo
         # regions, each with its guard checks: six per SAC update.
         self._together: Callable | None = compiler(step_each, mode="default")
+        # Plain CPU Adams step with torch's fused kernel instead (no region, no guards): one ATen call
+        # vectorised over every tensor, 0.34 ms against 0.62 ms for the compiled region of SAC's
+        # three (measured in one process, 9 interleaved timings of 50 steps). Its rounding is not the
+        # eager foreach step's, as the compiled step's is not either.
+        if fused_adam is None:
+            fused_adam = real and mode == "default"
+        self._fused = fused_adam and _can_step_together(list(optimizer.optimizers.values()), fused=True)
         self._groups = {id(opt): group for group, opt in optimizer.optimizers.items()}
         optimizer.step_together = self._step_together
 
@@ -233,6 +244,8 @@ class CompiledUpdate:
                        or o._optimizer_step_post_hooks for o in opts)):
             return False
         self._stepped += 1
+        if self._fused and adam_together(opts, fused=True):
+            return True
         try:
             with torch.no_grad():  # outside the region: dynamo then traces an inference graph
                 self._together([(_undecorated_step(type(o)), o) for o in opts])
