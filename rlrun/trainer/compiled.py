@@ -1,8 +1,11 @@
 """``compile=true``: the loss's forward and backward and the optimiser steps under ``torch.compile``.
 
 The loss module is wrapped by ``torch.compile`` (its backward is compiled with it, by
-AOTAutograd) and each parameter group's ``optimizer.step`` is compiled on its own; gradient
-clipping, the hooks and everything else stay eager. On CUDA the loss runs with
+AOTAutograd). The optimiser groups that step together run in one compiled call
+(``step_each``), or, for plain Adams on CPU, in torch's fused Adam kernel; each group's own
+compiled ``step`` serves where step hooks are registered. Gradient clipping, the hooks and
+everything else stay eager. On CPU inductor compiles with this module's graph passes and its
+C++ wrapper (``_cpu_options``). On CUDA the loss runs with
 ``mode="reduce-overhead"`` (CUDA graphs); elsewhere ``mode="default"``. The wrapped loss shares
 its parameters with ``trainer.loss``, so checkpoints, target updates and ``post_loss`` hooks
 see the same module and the same losses as without compilation.
@@ -202,6 +205,7 @@ class CompiledUpdate:
                  compiler: Callable | None = None, warn: Callable[[str], None] | None = None,
                  fused_adam: bool | None = None):
         real = compiler is None
+        first = next(loss.parameters(), None)
         if compiler is None:
             import torch._dynamo  # here only: compile=false runs never pay for it (rlrun.core.dynamo_lazy)
 
@@ -210,9 +214,11 @@ class CompiledUpdate:
             config = torch._dynamo.config
             config.recompile_limit = max(config.recompile_limit, 2 * len(optimizer.optimizers) + 8)
             let_gcc_vectorise_loops()
-            compiler = inductor_compile
+            # this module's passes and options are for inductor's CPU code (the optimiser steps of
+            # a CUDA loss compile with mode="default" too, as torch.compile alone)
+            on_cpu = first is None or first.device.type == "cpu"
+            compiler = inductor_compile if on_cpu else torch.compile
         if mode is None:
-            first = next(loss.parameters(), None)
             mode = compile_mode(first.device if first is not None else "cpu")
         self.eager_loss, self.optimizer, self.mode = loss, optimizer, mode
         self.name = type(loss).__name__
