@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -106,6 +107,9 @@ class OptimizerStep:
             ((group, only),) = self.optimizers.items()
             self._flat = FlatAdam(group, only) if FlatAdam.fits(only) else None
         self.last_grad_norms: dict[str, Tensor] = {}
+        # set by compile=true (rlrun.trainer.compiled): steps the optimisers it is given in one call,
+        # or returns False having done nothing (each then steps itself)
+        self.step_together: Callable[[list[torch.optim.Optimizer]], bool] | None = None
         self.progress = 0.0  # of the training budget, fed by ``anneal``
         self._apply_schedule()
 
@@ -134,9 +138,11 @@ class OptimizerStep:
         if self._flat is not None:  # zero_grad(set_to_none=True) without its ~25 us of wrapping
             for p in self._flat.params:
                 p.grad = None
-        else:
+        else:  # zero_grad(set_to_none=True) without its wrapping (torch._disable_dynamo's, ~20 us each)
             for opt in self.optimizers.values():
-                opt.zero_grad(set_to_none=True)
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        p.grad = None
         total.backward()
         if self._flat is not None and self._flat.step():
             if self._flat.norm is not None:
@@ -152,7 +158,8 @@ class OptimizerStep:
                 # returns a tensor: logged later without a host sync here
                 self.last_grad_norms[g] = nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
             stepping.append(opt)
-        if not (self._adam_together and adam_together(stepping)):
+        if not ((self.step_together is not None and stepping and self.step_together(stepping))
+                or (self._adam_together and adam_together(stepping))):
             for opt in stepping:
                 step_without_dynamo(opt)
         self._after_step()
@@ -204,19 +211,20 @@ def _plain_adam(opt: torch.optim.Optimizer) -> bool:
                     for p in pg["params"]))
 
 
-def _can_step_together(opts: list[torch.optim.Optimizer]) -> bool:
+def _can_step_together(opts: list[torch.optim.Optimizer], fused: bool | None = None) -> bool:
     """Whether ``adam_together`` computes exactly what each optimiser's own ``step`` would: plain
     Adams (``_plain_adam``), all foreach or all fused, sharing betas and eps (foreach: the
-    learning rates may differ; fused takes one)."""
-    if len(opts) < 2 or not all(_plain_adam(o) for o in opts):
+    learning rates may differ; fused takes one). ``fused=True``: whether it can step them all
+    with torch's fused kernel (one optimiser will do; their own implementations may differ)."""
+    if len(opts) < (1 if fused else 2) or not all(_plain_adam(o) for o in opts):
         return False
     first = opts[0].param_groups[0]
-    return all(pg["fused"] == first["fused"] and pg["betas"] == first["betas"] and pg["eps"] == first["eps"]
-               for pg in (o.param_groups[0] for o in opts))
+    return all((fused or pg["fused"] == first["fused"]) and pg["betas"] == first["betas"]
+               and pg["eps"] == first["eps"] for pg in (o.param_groups[0] for o in opts))
 
 
 @torch.no_grad()
-def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
+def adam_together(opts: list[torch.optim.Optimizer], fused: bool | None = None) -> bool:
     """One multi-tensor Adam step over several optimisers' parameters; False (nothing done)
     where each must step itself.
 
@@ -227,13 +235,18 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
     three (critic, actor, temperature) cost more than their arithmetic at its sizes.
     Optimisers must pass ``_can_step_together``; this checks what can change after that (a
     ``step`` set on an instance, as ``compile=true`` sets its compiled one, or step hooks).
+
+    ``fused=True`` (``compile=true``, whose steps never kept eager's bits): torch's fused CPU
+    kernel, whatever the optimisers' own implementation, in place of their compiled steps
+    (``_can_step_together(opts, fused=True)``).
     """
-    if (len(opts) < 2 or torch.compiler.is_compiling() or torch_optimizer._global_optimizer_pre_hooks
-            or torch_optimizer._global_optimizer_post_hooks):
+    if (len(opts) < (1 if fused else 2) or torch.compiler.is_compiling()
+            or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
         return False
     params, grads, lrs = [], [], []
     for opt in opts:
-        if "step" in vars(opt) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+        if ((not fused and "step" in vars(opt)) or opt._optimizer_step_pre_hooks
+                or opt._optimizer_step_post_hooks):
             return False
         group = opt.param_groups[0]
         own = [p for p in group["params"] if p.grad is not None]
@@ -243,7 +256,7 @@ def adam_together(opts: list[torch.optim.Optimizer]) -> bool:
         grads += [p.grad for p in own]
         lrs += [group["lr"]] * len(own)
     beta1, beta2 = opts[0].param_groups[0]["betas"]
-    eps, fused = opts[0].param_groups[0]["eps"], opts[0].param_groups[0]["fused"]
+    eps, fused = opts[0].param_groups[0]["eps"], fused or opts[0].param_groups[0]["fused"]
     if fused and any(lr != lrs[0] for lr in lrs):
         return False  # torch's fused kernel takes one learning rate
     exp_avgs, exp_avg_sqs, steps = [], [], []

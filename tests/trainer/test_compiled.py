@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from rlrun.trainer.compiled import CompiledUpdate, compile_mode, let_gcc_vectorise_loops
+from rlrun.trainer.compiled import (CompiledUpdate, compile_mode, let_gcc_vectorise_loops, recompute_relu_masks,
+                                    unfuse_bias_adds)
 
 MLP = ["model.hidden=[16]"]
 OFFLINE = ["env=pendulum", "dataset=rlrun-device-check/pendulum/random-v0", "env.max_episode_steps=50",
@@ -157,7 +158,7 @@ class SimulatedFailure(RuntimeError):
     pass
 
 
-def failing_compiler(fn, mode=None):
+def failing_compiler(fn, mode=None, **options):
     """A ``torch.compile`` stand-in whose first compiled call raises, as a dynamo/inductor error would."""
     def call(*args, **kwargs):
         raise SimulatedFailure("inductor: simulated C++ compile error\n(second line of the trace)")
@@ -222,6 +223,70 @@ def test_a_backward_compile_failure_redoes_the_step_eagerly(capsys):
         assert torch.equal(p, q)
 
 
+def small_sac(seed: int = 0):
+    import numpy as np
+
+    from rlrun.algos.sac import SACLoss
+    from rlrun.benchmarks.update import sac_batches
+    from rlrun.core.specs import EnvSpec
+    from rlrun.modules.models import actor_twin_q
+    from rlrun.trainer.optim import OptimizerStep
+
+    torch.manual_seed(seed)
+    spec = EnvSpec((17,), np.dtype(np.float32), False, 6)
+    loss = SACLoss(actor_twin_q(spec, hidden=[8]), spec, gamma=0.99)
+    return loss, OptimizerStep(loss.param_groups(), "adam", lr=1e-3), sac_batches()[0]
+
+
+def counting_compiler(calls: list):
+    def compiler(fn, mode=None, **options):  # "compiles" to fn itself, counting the calls by name
+        def call(*args, **kwargs):
+            calls.append(getattr(fn, "__name__", "loss"))
+            return fn(*args, **kwargs)
+        return call
+    return compiler
+
+
+def test_the_groups_step_together_in_one_compiled_call():
+    eager, eager_opt, sub = small_sac()
+    loss, optimizer, _ = small_sac()
+    calls: list[str] = []
+    update = CompiledUpdate(loss, optimizer, compiler=counting_compiler(calls))
+    train(eager, eager_opt, sub, None, updates=3)
+    train(loss, optimizer, sub, update, updates=3)
+    assert calls == ["loss", "step_each"] * 3  # critic, actor and alpha: one call, no per-group step
+    for p, q in zip(eager.parameters(), loss.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_plain_adams_step_with_the_fused_kernel_when_asked():
+    from rlrun.trainer.optim import OptimizerStep
+
+    eager, _, sub = small_sac()
+    loss, optimizer, _ = small_sac()
+    calls: list[str] = []
+    update = CompiledUpdate(loss, optimizer, compiler=counting_compiler(calls), fused_adam=True)
+    train(eager, OptimizerStep(eager.param_groups(), "adam", lr=1e-3, impl="fused"), sub, None, updates=3)
+    train(loss, optimizer, sub, update, updates=3)
+    assert calls == ["loss"] * 3  # no compiled step: torch's fused Adam, as optim.impl=fused steps
+    for p, q in zip(eager.parameters(), loss.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_a_step_hook_makes_each_group_step_itself():
+    eager, eager_opt, sub = small_sac()
+    loss, optimizer, _ = small_sac()
+    calls: list[str] = []
+    update = CompiledUpdate(loss, optimizer, compiler=counting_compiler(calls))
+    seen = []
+    optimizer.optimizers["actor"].register_step_pre_hook(lambda opt, args, kwargs: seen.append(1))
+    train(eager, eager_opt, sub, None, updates=2)
+    train(loss, optimizer, sub, update, updates=2)
+    assert calls == ["loss", "step", "step", "step"] * 2 and len(seen) == 2  # torch's step runs the hook
+    for p, q in zip(eager.parameters(), loss.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_the_loss_own_errors_still_propagate():
     loss, optimizer, sub = small_ppo()
     update = CompiledUpdate(loss, optimizer, compiler=failing_compiler, warn=lambda line: None)
@@ -251,6 +316,42 @@ def test_gcc_builds_of_inductor_kernels_keep_the_loop_vectoriser():
         cpp_builder._get_optimization_cflags = before
 
 
+def test_relu_masks_are_marked_for_recomputation_and_nothing_else():
+    # the mask a ReLU's backward reads (``relu(x) <= 0``) is recomputed from the saved float, never
+    # saved as bool (slow to load in inductor's CPU kernels); other comparisons are left alone
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    graph = make_fx(lambda x: (aten.le.Scalar(aten.relu.default(x), 0), aten.le.Scalar(x, 0),
+                               aten.le.Scalar(aten.relu.default(x), 1.0)))(torch.randn(4)).graph
+    assert recompute_relu_masks(graph) == 1
+    marked = [n for n in graph.nodes if n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE]
+    assert len(marked) == 1 and marked[0].args[0].target is aten.relu.default and marked[0].args[1] == 0
+
+
+def test_bias_adds_feeding_elementwise_ops_leave_the_gemm():
+    # addmm/baddbmm whose uses are all element-wise become mm/bmm + add (inductor adds the bias in
+    # the ReLU's kernel instead of ATen copying it into the output first); the others stay
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    aten = torch.ops.aten
+
+    def f(b, x, w, b3, x3, w3):
+        return (aten.relu.default(aten.addmm.default(b, x, w)), aten.baddbmm.default(b3, x3, w3).sum(),
+                aten.addmm.default(b, x, w, beta=2))
+
+    args = (torch.randn(5), torch.randn(3, 4), torch.randn(4, 5), torch.randn(2, 1, 5), torch.randn(2, 3, 4),
+            torch.randn(2, 4, 5))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    assert unfuse_bias_adds(gm.graph) == 1
+    gm.recompile()
+    targets = [n.target for n in gm.graph.nodes]
+    assert aten.mm.default in targets and aten.baddbmm.default in targets and targets.count(aten.addmm.default) == 1
+    for got, want in zip(gm(*args), f(*args)):
+        torch.testing.assert_close(got, want)
+
+
 def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
     # a whole run (fresh process): torch.compile patched to fail; the run finishes, one line per part
     here = os.path.dirname(__file__)
@@ -262,7 +363,8 @@ def test_a_run_with_compile_true_survives_a_compile_failure(tmp_path):
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [ln for ln in done.stderr.splitlines() if "compile=true" in ln]
-    assert len(lines) == 2 and "PPOLoss loss runs eager" in lines[0], done.stderr
+    # one line, the loss's: on CPU its Adam steps with torch's fused kernel, nothing compiled
+    assert len(lines) == 1 and "PPOLoss loss runs eager" in lines[0], done.stderr
     assert (tmp_path / "summary.json").exists()
 
 
