@@ -127,11 +127,11 @@ class RemoteMLflow:
         return self._run_id
 
     def start_run(self, run_name: str, run_id: str | None = None, tags: dict[str, str] | None = None) -> None:
-        """Makes the tracker run (or continues ``run_id``) without waiting, if ``store_looks_usable``;
-        else waits for it, so that the store's error comes before training."""
+        """Makes the tracker run without waiting, if ``store_looks_usable``; else, or to continue
+        ``run_id`` (a resume: the store must still hold it), waits for it, so that the store's
+        error comes before training."""
         self._send_later("start_run", run_name=run_name, run_id=run_id, tags=tags)
-        self._run_id = run_id
-        if not store_looks_usable(*self._where[:2]):
+        if run_id is not None or not store_looks_usable(*self._where[:2]):
             self.settle()
 
     def log_params(self, params: dict[str, Any]) -> None:

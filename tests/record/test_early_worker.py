@@ -107,3 +107,17 @@ def test_the_quick_store_check(tmp_path: Path):
         port = sock.getsockname()[1]
     with pytest.raises(ConfigError, match="no tracking server answers"):
         store_looks_usable(f"http://127.0.0.1:{port}", None)
+
+
+def test_continuing_a_run_the_store_lacks_fails_before_training(tmp_path: Path):
+    """A resume continues the checkpoint's tracker run: ``start_run`` with its id waits for the
+    worker, so a store that lacks it is the run's one-line error at once, not a run that trains
+    with its metrics going nowhere."""
+    from rlrun.core.errors import ConfigError
+
+    remote.prestart({"name": "mlflow", "root": str(tmp_path), "experiment": "e"})
+    taken = remote.take_prestarted(None, str(tmp_path), "e")
+    with pytest.raises(ConfigError, match="0123456789abcdef0123456789abcdef of this checkpoint is not in"):
+        taken.start_run("r", "0123456789abcdef0123456789abcdef", {})
+    taken.finish("FAILED")
+    assert taken._proc.poll() is not None

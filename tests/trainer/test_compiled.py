@@ -16,8 +16,13 @@ import sys
 import pytest
 import torch
 
-from rlrun.trainer.compiled import (CompiledUpdate, compile_mode, let_gcc_vectorise_loops, recompute_relu_masks,
-                                    unfuse_bias_adds)
+from rlrun.trainer.compiled import (
+    CompiledUpdate,
+    compile_mode,
+    let_gcc_vectorise_loops,
+    recompute_relu_masks,
+    unfuse_bias_adds,
+)
 
 MLP = ["model.hidden=[16]"]
 OFFLINE = ["env=pendulum", "dataset=rlrun-device-check/pendulum/random-v0", "env.max_episode_steps=50",
@@ -347,7 +352,8 @@ def test_bias_adds_feeding_elementwise_ops_leave_the_gemm():
     assert unfuse_bias_adds(gm.graph) == 1
     gm.recompile()
     targets = [n.target for n in gm.graph.nodes]
-    assert aten.mm.default in targets and aten.baddbmm.default in targets and targets.count(aten.addmm.default) == 1
+    assert aten.mm.default in targets and aten.baddbmm.default in targets
+    assert targets.count(aten.addmm.default) == 1
     for got, want in zip(gm(*args), f(*args)):
         torch.testing.assert_close(got, want)
 
