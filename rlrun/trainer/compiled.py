@@ -35,9 +35,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.optim import optimizer as torch_optimizer
 
-from rlrun.trainer.optim import _can_step_together, _undecorated_step, adam_together
+from rlrun.trainer.optim import (
+    _can_step_together,
+    _undecorated_step,
+    adam_together,
+    mark_stepped,
+    needs_own_step,
+)
 
 
 def compile_mode(device: torch.device | str) -> str:
@@ -255,10 +260,7 @@ class CompiledUpdate:
     def _step_together(self, opts: list[torch.optim.Optimizer]) -> bool:
         """``step_each(opts)`` compiled, without grad; False (nothing done) where a group's own
         ``step`` must run: step hooks or a differentiable optimiser (their wrappers run those)."""
-        if (self._together is None or torch_optimizer._global_optimizer_pre_hooks
-                or torch_optimizer._global_optimizer_post_hooks
-                or any(o.defaults.get("differentiable") or o._optimizer_step_pre_hooks
-                       or o._optimizer_step_post_hooks for o in opts)):
+        if self._together is None or any(needs_own_step(o) for o in opts):
             return False
         self._stepped += 1
         if self._fused and adam_together(opts, fused=True):
@@ -273,7 +275,7 @@ class CompiledUpdate:
             self._fall_back(f"optimiser step ({'+'.join(self._groups[id(o)] for o in opts)})", exc)
             return False
         for opt in opts:
-            opt._optimizer_step_code()  # what torch's step wrapper calls after each step (profilers)
+            mark_stepped(opt)
         return True
 
     def _guard_step(self, group: str, eager: Callable, compiled: Callable) -> Callable:

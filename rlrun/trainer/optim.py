@@ -406,6 +406,19 @@ class FlatAdam:
         return True
 
 
+def needs_own_step(opt: torch.optim.Optimizer) -> bool:
+    """Whether only ``opt``'s own (wrapped) ``step`` computes what it should: a differentiable
+    optimiser, or step hooks registered on it or globally (torch's wrapper runs those)."""
+    return bool(opt.defaults.get("differentiable") or opt._optimizer_step_pre_hooks
+                or opt._optimizer_step_post_hooks or torch_optimizer._global_optimizer_pre_hooks
+                or torch_optimizer._global_optimizer_post_hooks)
+
+
+def mark_stepped(opt: torch.optim.Optimizer) -> None:
+    """What torch's step wrapper does after a step besides hooks: the marker profilers read."""
+    opt._optimizer_step_code()
+
+
 def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
     """``opt.step()``, without the import of ``torch._dynamo`` (1.7 s) that torch's wrapper of every
     ``step`` makes (``_use_grad_for_differentiable``) when Dynamo is not imported yet.
@@ -417,15 +430,13 @@ def step_without_dynamo(opt: torch.optim.Optimizer) -> None:
     hooks registered, or a ``step`` set on the instance (``compile=true`` compiles it there), that
     ``step`` runs.
     """
-    if ("torch._dynamo" in sys.modules or "step" in vars(opt) or opt.defaults.get("differentiable")
-            or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
-            or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
+    if "torch._dynamo" in sys.modules or "step" in vars(opt) or needs_own_step(opt):
         opt.step()
         return
     label = f"Optimizer.step#{type(opt).__name__}.step"
     with torch.autograd.profiler.record_function(label), torch.no_grad():
         _undecorated_step(type(opt))(opt)
-        opt._optimizer_step_code()
+        mark_stepped(opt)
 
 
 def _undecorated_step(cls: type) -> Any:
