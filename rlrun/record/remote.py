@@ -115,10 +115,6 @@ class RemoteMLflow:
         self._send(op, **kwargs)
         return self._reply()
 
-    def opened(self) -> None:
-        """Waits for the store to be open; raises its ConfigError if it cannot be."""
-        self.settle()
-
     @property
     def run_id(self) -> str | None:
         """The tracker run's id; waits for the worker to have made it (its failure is raised here, once)."""

@@ -106,6 +106,7 @@ class OptimizerStep:
         if len(self.optimizers) == 1:
             ((group, only),) = self.optimizers.items()
             self._flat = FlatAdam(group, only) if FlatAdam.fits(only) else None
+        self._params = [p for o in self.optimizers.values() for pg in o.param_groups for p in pg["params"]]
         self.last_grad_norms: dict[str, Tensor] = {}
         # set by compile=true (rlrun.trainer.compiled): steps the optimisers it is given in one call,
         # or returns False having done nothing (each then steps itself)
@@ -135,14 +136,9 @@ class OptimizerStep:
 
     def step(self, losses: dict[str, Tensor]) -> None:
         total = sum(v for k, v in losses.items() if k.startswith("loss_"))
-        if self._flat is not None:  # zero_grad(set_to_none=True) without its ~25 us of wrapping
-            for p in self._flat.params:
-                p.grad = None
-        else:  # zero_grad(set_to_none=True) without its wrapping (torch._disable_dynamo's, ~20 us each)
-            for opt in self.optimizers.values():
-                for group in opt.param_groups:
-                    for p in group["params"]:
-                        p.grad = None
+        # zero_grad(set_to_none=True) without its wrapping (torch._disable_dynamo's, ~20 us an optimiser)
+        for p in self._flat.params if self._flat is not None else self._params:
+            p.grad = None
         total.backward()
         if self._flat is not None and self._flat.step():
             if self._flat.norm is not None:
@@ -240,13 +236,11 @@ def adam_together(opts: list[torch.optim.Optimizer], fused: bool | None = None) 
     kernel, whatever the optimisers' own implementation, in place of their compiled steps
     (``_can_step_together(opts, fused=True)``).
     """
-    if (len(opts) < (1 if fused else 2) or torch.compiler.is_compiling()
-            or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks):
+    if len(opts) < (1 if fused else 2) or torch.compiler.is_compiling():
         return False
     params, grads, lrs = [], [], []
     for opt in opts:
-        if ((not fused and "step" in vars(opt)) or opt._optimizer_step_pre_hooks
-                or opt._optimizer_step_post_hooks):
+        if (not fused and "step" in vars(opt)) or needs_own_step(opt):
             return False
         group = opt.param_groups[0]
         own = [p for p in group["params"] if p.grad is not None]
@@ -373,9 +367,8 @@ class FlatAdam:
         opt, params = self.opt, self.params
         if self.off:
             return False
-        if ("step" in vars(opt) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
-                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks
-                or torch.compiler.is_compiling() or any(p.grad is None for p in params)):
+        if ("step" in vars(opt) or needs_own_step(opt) or torch.compiler.is_compiling()
+                or any(p.grad is None for p in params)):
             # torch steps: where it skips a parameter without a gradient, the step counts part,
             # which the next step's relink finds
             self._first = None

@@ -209,6 +209,11 @@ class _FailingBackward(torch.autograd.Function):
         raise SimulatedFailure("AOTAutograd: simulated backward compile error")
 
 
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_a_backward_compile_failure_redoes_the_step_eagerly(capsys):
     eager, eager_opt, sub = small_ppo()
     loss, optimizer, _ = small_ppo()
@@ -224,8 +229,7 @@ def test_a_backward_compile_failure_redoes_the_step_eagerly(capsys):
     train(loss, optimizer, sub, update, updates=3)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "PPOLoss loss runs eager" in lines[0] and "backward compile" in lines[0]
-    for p, q in zip(eager.parameters(), loss.parameters()):
-        assert torch.equal(p, q)
+    assert_same_weights(eager, loss)
 
 
 def small_sac(seed: int = 0):
@@ -260,8 +264,7 @@ def test_the_groups_step_together_in_one_compiled_call():
     train(eager, eager_opt, sub, None, updates=3)
     train(loss, optimizer, sub, update, updates=3)
     assert calls == ["loss", "step_each"] * 3  # critic, actor and alpha: one call, no per-group step
-    for p, q in zip(eager.parameters(), loss.parameters()):
-        assert torch.equal(p, q)
+    assert_same_weights(eager, loss)
 
 
 def test_plain_adams_step_with_the_fused_kernel_when_asked():
@@ -274,8 +277,7 @@ def test_plain_adams_step_with_the_fused_kernel_when_asked():
     train(eager, OptimizerStep(eager.param_groups(), "adam", lr=1e-3, impl="fused"), sub, None, updates=3)
     train(loss, optimizer, sub, update, updates=3)
     assert calls == ["loss"] * 3  # no compiled step: torch's fused Adam, as optim.impl=fused steps
-    for p, q in zip(eager.parameters(), loss.parameters()):
-        assert torch.equal(p, q)
+    assert_same_weights(eager, loss)
 
 
 def test_a_step_hook_makes_each_group_step_itself():
@@ -288,8 +290,7 @@ def test_a_step_hook_makes_each_group_step_itself():
     train(eager, eager_opt, sub, None, updates=2)
     train(loss, optimizer, sub, update, updates=2)
     assert calls == ["loss", "step", "step", "step"] * 2 and len(seen) == 2  # torch's step runs the hook
-    for p, q in zip(eager.parameters(), loss.parameters()):
-        assert torch.equal(p, q)
+    assert_same_weights(eager, loss)
 
 
 def test_the_loss_own_errors_still_propagate():
