@@ -26,9 +26,9 @@ def run_cli(args: list[str], cwd: Path, capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
-def spawn(args: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
-    """Starts ``python -m rlrun *args`` in a fresh process."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def spawn(args: list[str], cwd: Path, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+    """Starts ``python -m rlrun *args`` in a fresh process (``env`` adds to this one's environment)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "rlrun", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 

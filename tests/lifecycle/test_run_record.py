@@ -66,13 +66,17 @@ def test_sigkill_then_rerun_finishes_exactly_in_one_tracker_run(kill_point, tmp_
             "checkpoint.interval_frames=0" if kill_point.startswith("before_")
             else "checkpoint.interval_frames=2048"]
     run_dir = tmp_path / RUN
-    proc = spawn(args, tmp_path)
+    # before_the_run_id_is_known: the one checkpoint (interval 0: the last) pauses before it
+    # notes the run id, so that a run that trains to its end before the poll below sees the
+    # worker's run still leaves tracking.json without it (CI once lost this race)
+    pause = {"RLRUN_TEST_PAUSE_AT": "checkpoint_write", "RLRUN_TEST_PAUSE_S": "120"}
+    proc = spawn(args, tmp_path, env=pause if kill_point == "before_the_run_id_is_known" else None)
     if kill_point == "before_first_checkpoint":
         wait_for(lambda: (run_dir / "tracking.json").exists(), proc)  # the tracker run exists
         time.sleep(1.0)
     elif kill_point == "before_the_run_id_is_known":
-        # the worker has made the tracker run; the run, training, has not read its id yet (it
-        # does at its first checkpoint): the rerun finds the run by its attempt_id tag
+        # the worker has made the tracker run; the run, training or paused before its checkpoint,
+        # has not written its id yet: the rerun finds the run by its attempt_id tag
         wait_for(lambda: stored_runs(tmp_path) == 1, proc)
         assert json.loads((run_dir / "tracking.json").read_text())["run_id"] is None
     elif kill_point == "late_in_training":
