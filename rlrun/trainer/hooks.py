@@ -380,14 +380,15 @@ class GAE(Hook):
         args = (self._get(batch, "reward").squeeze(-1), value, next_value,
                 self._get(batch, "terminated").squeeze(-1), self._get(batch, "done").squeeze(-1),
                 self.gamma, self.lmbda)
-        adv, target = gae(*args, agents=True if self.group else None)
+        agents = True if self.group else None
+        adv, target = gae(*args, agents=agents)
         if not self._foreseen:
             self._foreseen = True
             # the projection times a second call: the first pays numpy's first-use costs, ~3x a
             # warm call at 8 x 128 (1.0 against 0.34 ms), and so loaded numba (~0.65 s) for runs
             # whose numpy calls would all have cost half that
             start = time.perf_counter()
-            gae(*args, agents=True if self.group else None)
+            gae(*args, agents=agents)
             self._foresee(trainer, batch, time.perf_counter() - start)
         batch.set(tuple(self.keys["advantage"].split(".")), adv.to(value.device))
         batch.set(tuple(self.keys["value_target"].split(".")), target.to(value.device))
