@@ -8,7 +8,7 @@ import signal
 
 import pytest
 from cli_utils import spawn
-from launch_utils import job_records, read_json, wait_for
+from launch_utils import SLOWED, job_records, read_json, wait_for
 
 TINY_JOBS = ["seed=0,1,2,3", "total_frames=1024", "collector.frames_per_batch=256",
              "eval.interval_frames=0", "eval.episodes=1", "logger=csv", "progress=false"]
@@ -40,7 +40,7 @@ def test_local_job_interrupted_requeues_and_resumes(tmp_path):
     args = ["-m", "seed=0", "hydra/launcher=local", f"hydra.sweep.dir={tmp_path / 'sw'}", "total_frames=8192",
             "collector.frames_per_batch=256", "checkpoint.interval_frames=512", "eval.interval_frames=0",
             "eval.episodes=1", "progress=false", "logger=csv"]
-    proc = spawn(args, tmp_path)
+    proc = spawn(args, tmp_path, env=SLOWED)
     run_dir = wait_for(lambda: next((r["run_dir"] for r in job_records(tmp_path / "sw")
                                      if r.get("state") == "RUNNING"), None), 300, "the job to run", proc)
     wait_for(lambda: os.path.exists(os.path.join(run_dir, "checkpoint.pt")), 300, "a checkpoint", proc)

@@ -15,7 +15,9 @@ import pytest
 from cli_utils import spawn
 from launch_utils import (
     FAST,
+    SLOWED,
     SLURM_SMALL,
+    UNENDING,
     job_records,
     mlflow_runs,
     read_json,
@@ -35,10 +37,11 @@ def _checkpoint_frames(run_dir: str) -> int:
         return 0
 
 
-def _submit(tmp_path: Path, partition: str, args: list[str]) -> dict:
+def _submit(tmp_path: Path, partition: str, args: list[str], env: dict[str, str] | None = None) -> dict:
     """Submits one job without waiting (hydra.launcher.wait=false); returns its job.json once running."""
     proc = spawn(["-m", "hydra/launcher=slurm", f"hydra.launcher.partition={partition}", *SLURM_SMALL,
-                  "hydra.launcher.wait=false", f"hydra.sweep.dir={tmp_path / 'sw'}", *args], tmp_path)
+                  "hydra.launcher.wait=false", f"hydra.sweep.dir={tmp_path / 'sw'}", *args],
+                 tmp_path, env=env)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     (record,) = job_records(tmp_path / "sw")
@@ -82,7 +85,7 @@ def test_preempted_job_is_requeued_and_resumes_to_the_configured_total(tmp_path,
     from its checkpoint each time in the same run directory and MLflow run, frames counted once."""
     from submitit import SlurmJob
 
-    record = _submit(tmp_path, slurm_partition, ["seed=0", *LONG_JOB])
+    record = _submit(tmp_path, slurm_partition, ["seed=0", *LONG_JOB], env=SLOWED)
     job = SlurmJob(record["submitit_folder"], record["job_id"])
     run_dir = record["run_dir"]
     stops = []
@@ -115,17 +118,20 @@ def test_preempted_job_is_requeued_and_resumes_to_the_configured_total(tmp_path,
 @pytest.mark.timeout(600)
 def test_cancelled_job_is_not_requeued(tmp_path, slurm_partition):
     """`scancel` also sends SIGTERM, but a cancel must not come back."""
-    record = _submit(tmp_path, slurm_partition, ["seed=1", *LONG_JOB, "logger=none"])
-    wait_for(lambda: _checkpoint_frames(record["run_dir"]) > 0, 300, "a checkpoint")
-    subprocess.run(["scancel", record["job_id"]], check=True, timeout=60)
-    wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", record["job_id"]], capture_output=True,
-                                        text=True).stdout.strip(), 120, "the job to leave the queue")
-    # a requeue would show within cred_expire (10 s on the CI cluster): look again after that
-    time.sleep(15)
-    assert not subprocess.run(["squeue", "-h", "-j", record["job_id"]], capture_output=True,
-                              text=True).stdout.strip()
-    state = _state(tmp_path)
-    assert len(state["attempts"]) == 1 and state["state"] in ("RUNNING", "INTERRUPTED"), state
-    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", record["job_id"]],
-                           capture_output=True, text=True).stdout
-    assert sacct.startswith("CANCELLED"), sacct
+    record = _submit(tmp_path, slurm_partition, ["seed=1", *LONG_JOB, UNENDING, "logger=none"])
+    try:
+        wait_for(lambda: _checkpoint_frames(record["run_dir"]) > 0, 300, "a checkpoint")
+        subprocess.run(["scancel", record["job_id"]], check=True, timeout=60)
+        wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", record["job_id"]], capture_output=True,
+                                            text=True).stdout.strip(), 120, "the job to leave the queue")
+        # a requeue would show within cred_expire (10 s on the CI cluster): look again after that
+        time.sleep(15)
+        assert not subprocess.run(["squeue", "-h", "-j", record["job_id"]], capture_output=True,
+                                  text=True).stdout.strip()
+        state = _state(tmp_path)
+        assert len(state["attempts"]) == 1 and state["state"] in ("RUNNING", "INTERRUPTED"), state
+        sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", record["job_id"]],
+                               capture_output=True, text=True).stdout
+        assert sacct.startswith("CANCELLED"), sacct
+    finally:  # a failed test leaves no job training on (a second scancel of an ended job does nothing)
+        subprocess.run(["scancel", record["job_id"]], timeout=60)

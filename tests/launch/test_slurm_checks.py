@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 from cli_utils import spawn
-from launch_utils import FAST, SLURM_SMALL
+from launch_utils import FAST, SLURM_SMALL, UNENDING
 
 from rlrun.core.errors import ConfigError
 from rlrun.launch.slurm_checks import (
@@ -139,12 +139,16 @@ def test_cancelled_job_ends_the_sweep_with_a_table_not_a_traceback(tmp_path, slu
     from launch_utils import job_records, wait_for
 
     proc = spawn(["-m", "hydra/launcher=slurm", f"hydra.launcher.partition={slurm_partition}", *SLURM_SMALL,
-                  "total_frames=100000", "collector.frames_per_batch=256", "eval.interval_frames=0",
+                  UNENDING, "collector.frames_per_batch=256", "eval.interval_frames=0",
                   "logger=none", "progress=false", "seed=0", f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path)
     record = wait_for(lambda: next((r for r in job_records(tmp_path / "sw") if r.get("state") == "RUNNING"),
                                    None), 300, "the job to run", proc=proc)
-    subprocess.run(["scancel", record["job_id"]], check=True, timeout=60)
-    _, err = proc.communicate(timeout=300)
+    try:
+        subprocess.run(["scancel", record["job_id"]], check=True, timeout=60)
+        _, err = proc.communicate(timeout=300)
+    finally:  # a failed test leaves no job training on
+        subprocess.run(["scancel", record["job_id"]], timeout=60)
+        proc.kill()
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err and "UncompletedJobError" not in err, err[-3000:]
     table = err[err.index("job_id"):]
