@@ -1,26 +1,31 @@
-"""Learning tests: the shipped presets learn on small envs with fixed seeds.
+"""Learning tests: the shipped presets learn on small envs with fixed seeds, and keep it.
 
-Each runs the exact preset (``rlrun algo=X env=Y seed=0``) and stops early once
-a deterministic evaluation over 10 episodes reaches the threshold; evaluation
-does not touch the training RNG, so the run is the preset's own. A broken loss
-stays far below these thresholds (random policies score ~22 on CartPole and
-~-1200 on Pendulum).
+Each runs the exact preset (``rlrun algo=X env=Y seed=0``) for its whole budget, with a
+deterministic evaluation over 10 episodes every few thousand frames (evaluation does not touch
+the training RNG, so the run is the preset's own), and checks two things: an evaluation within
+the budget reached the target, and the final one, at the end of the budget, still clears the
+end threshold. The end matters: a preset can reach 500 on CartPole early and collapse after
+(DQN's did: 500 at 10k frames, 138 at 100k), which a test that stops at the target never sees.
+A broken loss stays far below both (random policies score ~22 on CartPole and ~-1200 on
+Pendulum).
 
-"Within N frames" is checked on the run's budget (``total_frames == N``): the
-collector never exceeds its budget, so comparing the frames it ran with N
-could not fail, while a preset whose budget grew past N must.
+"Within N frames" is checked on the run's budget (``total_frames == N``): the collector never
+exceeds its budget, so comparing the frames it ran with N could not fail, while a preset whose
+budget grew past N must.
 """
 
 from __future__ import annotations
 
 import pytest
-from cli_utils import only_run_dir, run_cli, summary_of
+from cli_utils import logged, only_run_dir, run_cli, summary_of
 
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]
 
 
 def learn(tmp_path, capsys, algo: str, env: str, target: float, interval: int, *extra: str,
           seed: int = 0) -> dict:
+    """Runs the preset to the end of its budget; returns its summary (early-stopping at ``target``:
+    only for runs that are not reproducible, see IMPALA below)."""
     code, _, err = run_cli([f"algo={algo}", f"env={env}", f"seed={seed}", "logger=none",
                             f"eval.target_return={target}", f"eval.interval_frames={interval}", *extra],
                            tmp_path, capsys)
@@ -28,49 +33,65 @@ def learn(tmp_path, capsys, algo: str, env: str, target: float, interval: int, *
     return summary_of(only_run_dir(tmp_path))
 
 
-def test_ppo_cartpole_reaches_475_within_100k_frames(tmp_path, capsys):
-    s = learn(tmp_path, capsys, "ppo", "cartpole", 475, 10_000)
-    assert s["eval/episode_return"] >= 475, s
-    assert s["total_frames"] == 100_000 and s["eval/episodes"] == 10
+def learn_to_the_end(tmp_path, capsys, algo: str, env: str, budget: int, target: float, end: float,
+                     interval: int, *extra: str) -> None:
+    """The preset's full run (seed 0): some evaluation reaches ``target``, the last one ``end``."""
+    code, _, err = run_cli([f"algo={algo}", f"env={env}", "seed=0", "logger=csv", "progress=false",
+                            f"eval.interval_frames={interval}", *extra], tmp_path, capsys)
+    assert code == 0, err
+    run_dir = only_run_dir(tmp_path)
+    s = summary_of(run_dir)
+    curve = logged(run_dir, "eval/episode_return")  # frames -> mean return of 10 episodes
+    assert s["total_frames"] == budget and s["frames"] == budget and s["eval/episodes"] == 10, s
+    assert max(curve) == budget and curve[budget] == s["eval/episode_return"], curve
+    assert max(curve.values()) >= target, f"never reached {target} within {budget} frames: {curve}"
+    assert curve[budget] >= end, f"reached {max(curve.values())} but ended at {curve[budget]}: {curve}"
 
 
-def test_ppo_kl_cartpole_reaches_475_within_100k_frames(tmp_path, capsys):
-    """The algorithm added to prove the contracts: its module and YAML, nothing else."""
-    s = learn(tmp_path, capsys, "ppo_kl", "cartpole", 475, 10_000)
-    assert s["eval/episode_return"] >= 475, s
-    assert s["total_frames"] == 100_000 and s["eval/episodes"] == 10
+def test_ppo_cartpole_reaches_475_within_100k_frames_and_ends_there(tmp_path, capsys):
+    """Seeds 0 / 1 / 2 end at 500 / 500 / 500 (first 500 at 30k / 10k / 50k frames)."""
+    learn_to_the_end(tmp_path, capsys, "ppo", "cartpole", 100_000, 475, 450, 10_000)
 
 
-def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, capsys):
-    s = learn(tmp_path, capsys, "sac", "pendulum", -200, 2_000)
-    assert s["eval/episode_return"] >= -200, s
-    assert s["total_frames"] == 20_000 and s["eval/episodes"] == 10
+def test_ppo_kl_cartpole_reaches_475_within_100k_frames_and_ends_there(tmp_path, capsys):
+    """The algorithm added to prove the contracts: its module and YAML, nothing else. Seeds 0 / 1 / 2
+    end at 500 / 500 / 500 (seed 2 fell to 138 at 60k frames and came back)."""
+    learn_to_the_end(tmp_path, capsys, "ppo_kl", "cartpole", 100_000, 475, 450, 10_000)
 
 
-def test_a2c_cartpole_reaches_400_within_200k_frames(tmp_path, capsys):
-    s = learn(tmp_path, capsys, "a2c", "cartpole", 400, 10_000)
-    assert s["eval/episode_return"] >= 400, s
-    assert s["total_frames"] == 200_000
+def test_sac_pendulum_reaches_minus_200_within_20k_frames_and_ends_there(tmp_path, capsys):
+    """Seeds 0 / 1 / 2 end at -190 / -189 / -168, flat from 10k frames on."""
+    learn_to_the_end(tmp_path, capsys, "sac", "pendulum", 20_000, -200, -225, 2_000)
 
 
-def test_dqn_cartpole_reaches_400_within_100k_frames(tmp_path, capsys):
-    s = learn(tmp_path, capsys, "dqn", "cartpole", 400, 5_000)
-    assert s["eval/episode_return"] >= 400, s
-    assert s["total_frames"] == 100_000
+def test_a2c_cartpole_reaches_400_within_200k_frames_and_ends_there(tmp_path, capsys):
+    """Seeds 0 / 1 / 2 end at 499 / 500 / 500; on the way seed 0 fell to 45 (70k frames), 1 to 83."""
+    learn_to_the_end(tmp_path, capsys, "a2c", "cartpole", 200_000, 400, 400, 10_000)
+
+
+def test_dqn_cartpole_reaches_400_within_100k_frames_and_ends_there(tmp_path, capsys):
+    """DQN on CartPole peaks early and falls back: seed 0 reaches 500 at 10k frames and ends at 138;
+    seeds 1 / 2 peak at 237 / 302 and end at 111 / 302. Stable-Baselines3's DQN with the same
+    settings (120x84 MLP, lr 2.5e-4, 10k buffer, batch 128, an update per 4 frames, the target
+    copied every 500 frames, epsilon 1 -> 0.05 over 25k, Huber loss) has the same shape: 244 at 15k
+    frames, 124 at 100k (seed 0). A larger buffer (100k), soft target updates, gamma 0.98, lr 1e-4
+    or an lr annealed to 0 did not hold 500 to the end on seeds 0-2 either, so the end threshold
+    is what the preset keeps (100), far above an untrained greedy Q-network (9) or random (22)."""
+    learn_to_the_end(tmp_path, capsys, "dqn", "cartpole", 100_000, 400, 100, 5_000)
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg"])
-def test_deterministic_actor_critics_reach_minus_250_on_pendulum_within_20k_frames(algo, tmp_path, capsys):
-    s = learn(tmp_path, capsys, algo, "pendulum", -250, 2_000)
-    assert s["eval/episode_return"] >= -250, s
-    assert s["total_frames"] == 20_000
+def test_deterministic_actor_critics_reach_minus_250_on_pendulum_within_20k_frames_and_end_there(
+        algo, tmp_path, capsys):
+    """Seeds 0 / 1 / 2 end at -195 / -193 / -170 (TD3) and -190 / -194 / -165 (DDPG)."""
+    learn_to_the_end(tmp_path, capsys, algo, "pendulum", 20_000, -250, -250, 2_000)
 
 
-def test_ppo_with_multi_sync_workers_reaches_475_on_cartpole_within_100k_frames(tmp_path, capsys):
-    """The same preset and threshold as with the single-process collector, over 2 worker processes."""
-    s = learn(tmp_path, capsys, "ppo", "cartpole", 475, 10_000, "collector=multi_sync", "collector.workers=2")
-    assert s["eval/episode_return"] >= 475, s
-    assert s["total_frames"] == 100_000 and s["eval/episodes"] == 10
+def test_ppo_with_multi_sync_workers_reaches_475_on_cartpole_within_100k_frames_and_ends_there(
+        tmp_path, capsys):
+    """The same preset and thresholds as with the single-process collector, over 2 worker processes."""
+    learn_to_the_end(tmp_path, capsys, "ppo", "cartpole", 100_000, 475, 450, 10_000,
+                     "collector=multi_sync", "collector.workers=2")
 
 
 def test_impala_with_2_async_workers_reaches_475_on_cartpole_within_300k_frames(tmp_path, capsys):
