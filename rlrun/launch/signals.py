@@ -6,9 +6,13 @@ SIGTERM. rlrun's own handlers stop the loop after the current batch, write a
 checkpoint and then call the handler that was there before them
 (``rlrun.lifecycle.signals.chain_signal_handler``); this module decides what that handler
 is. Preemption that arrives as a bare SIGTERM must requeue too, but a SIGTERM
-from ``scancel`` must not: the job's state in SLURM tells them apart (sacct
-says ``CANCELLED`` for a cancel, ``TIMEOUT`` at the time limit, ``RUNNING`` for
-``scancel --signal TERM``; without accounting, scontrol's ``Reason`` is used).
+from ``scancel`` must not: the job's state in SLURM tells them apart. The
+controller's own view (scontrol) is asked first: ``COMPLETING`` with no reason
+for a cancel, ``COMPLETING`` with ``Reason=TimeLimit`` at the time limit,
+``RUNNING`` for ``scancel --signal TERM``. sacct (``CANCELLED``, ``TIMEOUT``) is
+asked only when the controller no longer knows the job: slurmdbd records a
+cancel when it gets to it, and under load sacct still said ``RUNNING`` when the
+job's handler asked, so a cancelled job requeued itself (CI, 2026-12-04).
 And since ``scontrol requeue`` itself ends the running job with a SIGTERM, only
 the first signal may requeue.
 """
@@ -28,7 +32,19 @@ REQUEUE, EXIT, IGNORE = "requeue", "exit", "ignore"
 
 
 def slurm_job_state(job_id: str) -> tuple[str, str]:
-    """(state, reason) of a SLURM job: sacct's state if accounting answers, else scontrol's."""
+    """(state, reason) of a SLURM job: the controller's (scontrol) if it knows the job, else sacct's.
+
+    The controller marks a cancel before it signals the job; slurmdbd, which sacct reads, may
+    record it seconds later, so sacct is only the fallback (a job the controller has purged).
+    """
+    try:
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                             timeout=20)
+        fields = dict(w.split("=", 1) for w in out.stdout.split() if "=" in w)
+        if out.returncode == 0 and fields.get("JobState"):
+            return fields["JobState"], fields.get("Reason", "")
+    except (OSError, subprocess.SubprocessError):
+        pass
     try:
         out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
                              capture_output=True, text=True, timeout=20)
@@ -36,13 +52,7 @@ def slurm_job_state(job_id: str) -> tuple[str, str]:
             return out.stdout.split()[0].rstrip("+"), ""
     except (OSError, subprocess.SubprocessError):
         pass
-    try:
-        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
-                             timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return "", ""
-    fields = dict(w.split("=", 1) for w in out.stdout.split() if "=" in w)
-    return fields.get("JobState", ""), fields.get("Reason", "")
+    return "", ""
 
 
 def sigterm_action(state: str, reason: str = "") -> str:
@@ -59,7 +69,7 @@ def sigterm_action(state: str, reason: str = "") -> str:
         return IGNORE
     if state == "PREEMPTED":
         return EXIT
-    if state == "COMPLETING":  # no accounting: a time limit says so, a cancel does not
+    if state == "COMPLETING":  # the controller's view: a time limit says so, a cancel does not
         return REQUEUE if reason == "TimeLimit" else IGNORE
     return REQUEUE  # RUNNING (signal sent while the job goes on), TIMEOUT, unknown
 

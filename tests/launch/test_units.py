@@ -16,12 +16,46 @@ from rlrun.launch.status import find_status, format_table, update_status
     ("TIMEOUT", "", signals.REQUEUE),        # time limit reached
     ("CANCELLED", "", signals.IGNORE),       # scancel: the user wants it gone
     ("PREEMPTED", "", signals.EXIT),         # SLURM's own preemption: its PreemptMode requeues
-    ("COMPLETING", "TimeLimit", signals.REQUEUE),  # no accounting: scontrol's reason tells
+    ("COMPLETING", "TimeLimit", signals.REQUEUE),  # scontrol: the controller's reason tells
     ("COMPLETING", "None", signals.IGNORE),
     ("", "", signals.REQUEUE),               # unknown: keep the job's progress
 ])
 def test_sigterm_action(state, reason, action):
     assert signals.sigterm_action(state, reason) == action
+
+
+def _fake_slurm(monkeypatch, scontrol: tuple[int, str], sacct: tuple[int, str]) -> list[str]:
+    """Replaces the two commands ``slurm_job_state`` runs; returns the list of commands run."""
+    import subprocess
+
+    ran = []
+
+    def run(cmd, **kwargs):
+        ran.append(cmd[0])
+        code, out = scontrol if cmd[0] == "scontrol" else sacct
+        return subprocess.CompletedProcess(cmd, code, out, "")
+
+    monkeypatch.setattr(signals.subprocess, "run", run)
+    return ran
+
+
+def test_a_cancel_that_accounting_has_not_recorded_yet_is_not_requeued(monkeypatch):
+    """The controller says COMPLETING (cancel in flight) while slurmdbd still says RUNNING: the
+    controller's view decides. CI saw sacct answer RUNNING, and the cancelled job requeued itself."""
+    controller = "JobId=42 JobName=x JobState=COMPLETING Reason=None Dependency=(null)"
+    ran = _fake_slurm(monkeypatch, (0, controller), (0, "RUNNING\n"))
+    assert signals.slurm_job_state("42") == ("COMPLETING", "None")
+    assert signals.sigterm_action(*signals.slurm_job_state("42")) == signals.IGNORE
+    assert ran == ["scontrol", "scontrol"]
+
+
+def test_a_job_the_controller_no_longer_knows_is_looked_up_in_accounting(monkeypatch):
+    ran = _fake_slurm(monkeypatch, (1, "slurm_load_jobs error: Invalid job id specified"),
+                      (0, "CANCELLED by 0\n"))
+    assert signals.slurm_job_state("42") == ("CANCELLED", "")
+    assert ran == ["scontrol", "sacct"]
+    _fake_slurm(monkeypatch, (1, ""), (1, ""))
+    assert signals.slurm_job_state("42") == ("", "")  # neither answers: REQUEUE keeps the progress
 
 
 class FakeSubmititHandler:
