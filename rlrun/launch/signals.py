@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -113,7 +114,9 @@ def install_requeue_handlers(job_id: str | None = None,
             return
         state, reason = state_of(job_id) if job_id else ("", "")
         action = sigterm_action(state, reason)
-        log.warning("SIGTERM with job state %r (%s): %s", state, reason or "-", action)
+        # on the job's stderr, as rlrun's other lines: what the decision was made from
+        print(f"[rlrun] SIGTERM with SLURM job state {state or '?'!r} (reason {reason or '-'}): {action}",
+              file=sys.stderr, flush=True)
         if action == REQUEUE:
             once(submitit_handler.checkpoint_and_try_requeue, signum, frame)
         elif action == EXIT:

@@ -82,13 +82,15 @@ def restore_signals():
 @pytest.mark.parametrize(("state", "expected"), [("RUNNING", [("requeue", signal.SIGTERM)]),
                                                  ("PREEMPTED", [("exit", signal.SIGTERM)]),
                                                  ("CANCELLED", [])])
-def test_sigterm_handler_follows_job_state_and_requeues_once(restore_signals, state, expected):
+def test_sigterm_handler_follows_job_state_and_requeues_once(restore_signals, state, expected, capsys):
     fake = FakeSubmititHandler()
     signal.signal(signal.SIGUSR2, fake.checkpoint_and_try_requeue)
     assert signals.install_requeue_handlers("42", state_of=lambda jid: (state, ""))
     on_term, on_usr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
     on_term(signal.SIGTERM, None)  # what rlrun's chain_signal_handler does after its checkpoint
     assert fake.calls == expected
+    # the job's stderr names what the decision was made from
+    assert f"[rlrun] SIGTERM with SLURM job state {state!r}" in capsys.readouterr().err
     on_usr(signal.SIGUSR2, None)   # e.g. the SIGTERM that `scontrol requeue` sends: no second requeue
     on_term(signal.SIGTERM, None)
     assert fake.calls == (expected or [("requeue", signal.SIGUSR2)])
