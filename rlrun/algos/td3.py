@@ -86,7 +86,10 @@ class TD3Loss(Loss):
         sq = td_error.pow(2) if weight is None else td_error.pow(2) * weight
         out = {"loss_critic": sq.mean(-1).sum(), "q_value": q.detach().mean(),
                "td_error": td_error.detach().abs().max(0).values}
-        self.calls += 1
+        # counted modulo the delay: compile=true specialises the loss on this integer (dynamo guards
+        # on a module's int attributes), so a running count recompiled it on every call until
+        # dynamo's recompile limit left it eager; its phase gives policy_delay graphs, once each
+        self.calls = (self.calls + 1) % self.policy_delay
         if self.actor_step:
             out["loss_actor"] = -call_frozen(critic, obs, actor.act(obs))[0].mean()
         return out
@@ -100,7 +103,7 @@ class TD3Loss(Loss):
         return {"calls": self.calls}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.calls = int(state["calls"])
+        self.calls = int(state["calls"]) % self.policy_delay  # checkpoints before the phase held the count
 
 
 @register("loss", "ddpg")

@@ -90,6 +90,11 @@ class NatureCNN(nn.Module):
         same tensor unmodified, with unchanged parameters and the same autograd
         mode; anything else recomputes.
         """
+        if torch.compiler.is_compiling():
+            # compile=true: dynamo must not read the cache (it guarded on the weak reference of an
+            # earlier, eager call, e.g. the GAE hook's value pass, whose tensor was gone: a guard on
+            # None failed the compile) nor ask is_inference() (a graph break, five per PPO loss)
+            return self(obs)
         if obs.is_inference():  # acting (inference mode): no version counters, nothing to share
             self._cache = None
             return self(obs)

@@ -218,3 +218,36 @@ def test_registered_and_checked():
         actor_critic_cnn(EnvSpec((8,), np.dtype(np.float32), True, 2))
     with pytest.raises(ConfigError, match="discrete"):
         qnet_cnn(EnvSpec((4, 84, 84), np.dtype(np.uint8), False, 2))
+
+
+def test_the_shared_trunk_compiles_after_an_eager_call_left_its_cache_behind():
+    """compile=true on PPO Atari (found by ``python -m rlrun.benchmarks compiled``): the GAE hook's
+    eager value pass left the trunk's one-entry cache holding a weak reference to its batch; once
+    that batch was gone dynamo guarded the compiled loss on it (``TENSOR_MATCH`` of None) and the
+    compile failed, so the loss ran eager for the rest of the run."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+
+    spec = EnvSpec((4, 84, 84), np.dtype(np.uint8), True, 6)
+    loss = PPOLoss(actor_critic_cnn(spec))
+    trunk = loss.policy.actor.trunk if hasattr(loss.policy.actor, "trunk") else None
+    assert isinstance(trunk, NatureCNN)
+
+    def batch(n: int) -> TensorDict:
+        return TensorDict({"observation": pixels(n), "action": torch.randint(6, (n,)),
+                           "sample_log_prob": torch.full((n,), -1.8), "advantage": torch.randn(n),
+                           "value_target": torch.randn(n)}, batch_size=[n])
+
+    counter = CompileCounter()
+    compiled = torch.compile(loss, backend=counter)
+    try:
+        for n in (8, 8, 8):
+            with torch.no_grad():  # the GAE hook's value pass: the critic alone, eagerly
+                stale = pixels(n + 1)
+                trunk.shared(stale, "critic")
+            del stale  # the cache's weak reference is now dead
+            losses = compiled(batch(n))
+            assert all(torch.isfinite(v).all() for v in losses.values())
+        assert counter.frame_count == 1  # compiled once, not once per call nor failed
+    finally:
+        torch._dynamo.reset()

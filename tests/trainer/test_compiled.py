@@ -393,3 +393,22 @@ def test_compile_is_an_execution_detail_not_the_experiment():
     assert "rlrun_run_name_excluded" in config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
     assert run_name_excluded(["compile", "gamma"]) == ["compile"]
     assert "compile" in SAFE_TO_CHANGE
+
+
+def test_td3_compiles_once_per_phase_of_its_policy_delay(tmp_path, datasets, monkeypatch):
+    """compile=true on TD3 (found by ``python -m rlrun.benchmarks compiled``): the loss counted its
+    calls in an int attribute, which dynamo specialises on, so it recompiled on every call until
+    the recompile limit left it eager for the rest of the run (no line said so)."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+
+    run, _, sub = first_batch("td3", tmp_path, datasets, monkeypatch)
+    counter = CompileCounter()
+    try:
+        compiled = torch.compile(run.loss, backend=counter)
+        actor_steps = sum("loss_actor" in compiled(sub) for _ in range(4 * run.loss.policy_delay))
+        assert actor_steps == 4  # the delay still holds
+        assert counter.frame_count == run.loss.policy_delay  # one graph per phase, each once
+    finally:
+        run.close()
+        torch._dynamo.reset()
