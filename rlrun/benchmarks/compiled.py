@@ -99,11 +99,11 @@ def first_batch(overrides: list[str], device: torch.device, run_dir: Path) -> tu
                       run.optim_steps_per_epoch, run.learning_starts, run.buffer, None, policy=run.policy,
                       provided=run.provided, budget=run.budget)
     for batch in run.collector:
-        batch = trainer._chain("process_batch", batch)
+        batch = trainer.chain("process_batch", batch)
         if trainer.frames >= trainer.learning_starts:
             break
     trainer.call_hooks("pre_epoch", batch)
-    sub = trainer._chain("process_optim_batch", batch).clone()
+    sub = trainer.chain("process_optim_batch", batch).clone()
     return run, cfg, sub
 
 
@@ -136,7 +136,6 @@ def max_deviation(a: torch.nn.Module, b: torch.nn.Module) -> tuple[float, list[s
 
 def update_row(name: str, device: torch.device, quick: bool, work: Path, reps: int) -> dict:
     """Eager against compiled updates of ``name`` on ``device`` (the module's ``updates`` part)."""
-    import torch._dynamo
     import torch._inductor.config as inductor
     from torch._dynamo.utils import counters
 
@@ -199,7 +198,7 @@ def update_row(name: str, device: torch.device, quick: bool, work: Path, reps: i
                    times_s=times)
     finally:
         run.close()
-        torch._dynamo.reset()
+        torch.compiler.reset()
     return row
 
 
@@ -257,8 +256,6 @@ def train_in_process(overrides: list[str], device: torch.device, run_dir: Path,
 
 def loop_row(name: str, device: torch.device, quick: bool, work: Path) -> dict:
     """One LeanRL workload trained eager, then compiled, for the same frames (the ``loop`` part)."""
-    import torch._dynamo
-
     overrides, frames, quick_frames = LOOP_CASES[name]
     overrides = [*overrides, f"total_frames={quick_frames if quick else frames}",
                  *(QUICK_LOOP[name] if quick else [])]
@@ -267,7 +264,7 @@ def loop_row(name: str, device: torch.device, quick: bool, work: Path) -> dict:
         probe = ThroughputProbe(device)
         rc, line, wall, summary = train_in_process(
             [*overrides, f"compile={side == 'compiled'}"], device, work / f"loop-{name}-{side}", probe)
-        torch._dynamo.reset()
+        torch.compiler.reset()
         if rc != 0 or "compile=true:" in line:
             row["problems"].append(f"{side} run: rc {rc}: {line}")
         row[f"{side}_wall_s"], row[f"{side}_fps"] = wall, steady_fps(probe.marks)

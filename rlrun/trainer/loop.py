@@ -139,13 +139,13 @@ class Trainer:
         self.last_clock = self.clock  # a resumed run's intervals continue from its restored clock
         for batch in self.collector:
             self.batches += 1
-            batch = self._chain("process_batch", batch)
+            batch = self.chain("process_batch", batch)
             self.call_hooks("pre_steps_log", batch)
             if self.frames >= self.learning_starts:
                 for _ in range(self.epochs_per_batch):
                     self.call_hooks("pre_epoch", batch)
                     for _ in range(self._steps_this_epoch()):
-                        sub = self._chain("process_optim_batch", batch)
+                        sub = self.chain("process_optim_batch", batch)
                         losses = self.loss(sub) if self.compiled is None else self.compiled.loss(sub)
                         self.call_hooks("post_loss", sub, losses)
                         (self.optimizer if self.compiled is None else self.compiled).step(losses)
@@ -235,7 +235,8 @@ class Trainer:
         for fn in self._points[point]:
             fn(self, *args)
 
-    def _chain(self, point: str, batch: TensorDict) -> TensorDict:
+    def chain(self, point: str, batch: TensorDict) -> TensorDict:
+        """``batch`` through every hook that implements ``point``, each given the previous one's output."""
         for fn in self._points[point]:
             batch = fn(self, batch)
         return batch

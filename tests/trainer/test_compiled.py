@@ -83,11 +83,11 @@ def first_batch(name: str, tmp_path, datasets, monkeypatch):
                       run.optim_steps_per_epoch, run.learning_starts, run.buffer, None, policy=run.policy,
                       provided=run.provided, budget=run.budget)
     for batch in run.collector:
-        batch = trainer._chain("process_batch", batch)
+        batch = trainer.chain("process_batch", batch)
         if trainer.frames >= trainer.learning_starts:
             break
     trainer.call_hooks("pre_epoch", batch)
-    sub = trainer._chain("process_optim_batch", batch).clone()
+    sub = trainer.chain("process_optim_batch", batch).clone()
     return run, cfg, sub
 
 
