@@ -292,9 +292,12 @@ class OptimizerStep(Protocol):
 
 @runtime_checkable
 class Logger(Protocol):
-    """A tracker: parameters once, metrics per batch (step = frames), artifacts, a final status."""
+    """A tracker: parameters once, metrics per batch (step = frames), artifacts, a final status.
 
-    run_id: str | None
+    The one logger interface: rlrun's loggers (``rlrun.loggers``) subclass it and inherit its
+    do-nothing members; a third-party one may also just have the members."""
+
+    run_id: str | None = None
 
     def log_params(self, params: dict[str, Any]) -> None: ...
 
@@ -305,7 +308,9 @@ class Logger(Protocol):
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
     def commit(self, step: int) -> None:
-        """Everything logged up to ``step`` is covered by a checkpoint (journaled loggers send it)."""
+        """A checkpoint at ``step`` is written: what was logged up to it must now survive a kill
+        (a resumed run continues from there; rows past it are superseded and dropped; journaled
+        loggers send it)."""
 
     def finish(self, status: str = "FINISHED") -> None: ...
 

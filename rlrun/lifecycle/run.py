@@ -16,18 +16,18 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.cli.load import write_policy_file
+from rlrun.core import checkpoint
 from rlrun.core.config_schema import validate_sections
+from rlrun.core.confighash import SAFE_TO_CHANGE, matches
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
-from rlrun.lifecycle import checkpoint
+from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
+from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.lifecycle.build import build_run, resolve_device
-from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
-from rlrun.lifecycle.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
-from rlrun.lifecycle.signals import chain_signal_handler, install_stop_handlers, restore_handlers
-from rlrun.lifecycle.tracking import Progress, say
-from rlrun.record import pause_point
-from rlrun.record.mlflow_logger import ATTEMPT_TAG
+from rlrun.lifecycle.load import write_policy_file
+from rlrun.loggers import pause_point
+from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
+from rlrun.loggers.tracking import Progress, say
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 
@@ -143,7 +143,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
                         ) or run_dir.name
     # Written before the tracker run can exist: a restart before the first checkpoint continues
     # the run tagged with this attempt_id (or with run_id) instead of orphaning it. The tracker may
-    # make its run while training starts (rlrun.record.remote): its id is added once known.
+    # make its run while training starts (rlrun.loggers.remote): its id is added once known.
     tracking = {"run_id": resume["run_id"], "attempt_id": resume["attempt_id"],
                 "config": _exact_config_hash(config_text)}
     write_tracking(run_dir, {**read_tracking(run_dir), **tracking})  # W&B's run id stays there
@@ -267,7 +267,7 @@ def _listed(changes: Iterable[tuple[str, Any, Any]]) -> list[str]:
 
 def _exact_config_hash(config_text: str) -> str:
     """Every key, seed included (``config_text``: the resolved config's YAML): re-attaching a killed
-    run needs the very same config (``rlrun.lifecycle.confighash`` leaves out the seed and logging
+    run needs the very same config (``rlrun.core.confighash`` leaves out the seed and logging
     keys, to group runs for reports)."""
     return hashlib.sha256(config_text.encode()).hexdigest()[:16]
 

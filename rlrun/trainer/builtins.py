@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
-from rlrun.lifecycle.tracking import Progress
+from rlrun.loggers.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import (
     DatasetSamples,

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensordict import TensorDict
 from torch import nn
 
+from rlrun.core.checkpoint import rng_state, set_rng_state
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
-from rlrun.lifecycle.checkpoint import rng_state, set_rng_state
 from rlrun.trainer.hooks import HOOK_POINTS, Hook, dispatch
 from rlrun.trainer.wiring import plan
 
@@ -161,7 +161,7 @@ class Trainer:
                 break
 
     def state_dict(self, keep_buffer: bool = True) -> dict[str, Any]:
-        """The run's state: counters, the policy (its own key, what ``rlrun.cli.load`` loads), the
+        """The run's state: counters, the policy (its own key, what ``rlrun.lifecycle.load`` loads), the
         loss, optimiser, source, buffer (unless ``keep_buffer`` is False), exploration, every
         hook's state and the global RNGs. ``load_state_dict`` puts it back."""
         policy = self.policy

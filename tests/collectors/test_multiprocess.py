@@ -386,7 +386,7 @@ def test_every_numeric_option_of_every_collector_declares_its_range():
 
 
 def test_the_worker_bound_follows_this_machine_and_a_cluster_is_not_bounded_by_it(monkeypatch):
-    from rlrun.collectors.workers import limits
+    from rlrun.core import limits
     from rlrun.core.config_schema import check_component
 
     monkeypatch.setattr(limits, "available_memory", lambda: int(4e9))
@@ -414,7 +414,7 @@ def test_the_worker_bound_follows_this_machine_and_a_cluster_is_not_bounded_by_i
 @linux_only
 def test_a_worker_uses_at_least_the_memory_the_worker_bound_assumes():
     """The bound's per-worker figure is a lower bound: a CartPole worker (as measured) holds it."""
-    from rlrun.collectors.workers.limits import COSTS
+    from rlrun.core.limits import COSTS
 
     with MultiCollector(functools.partial(GymVecEnv, "CartPole-v1", 8), BiasPolicy(), 512, 10**9,
                         workers=1, method="forward") as coll:

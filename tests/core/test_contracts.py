@@ -47,7 +47,7 @@ ALLOWED_PRIVATE = {
                           ("m", ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                  "_backward_pre_hooks")))
        for hooks in kinds},
-    ("record/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
+    ("loggers/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
     ("cli/beside.py", "os._exit"): "public: the composing child ends without the parent's atexit "
                                    "handlers; the parent ends mid-import with the child's exit code",
     ("modules/cnn.py", "obs._version"): "a tensor's in-place version counter (torch has no public one)",
@@ -56,7 +56,7 @@ ALLOWED_PRIVATE = {
     ("launch/signals.py", "JobEnvironment._usr_sig"): "submitit's signal handler, which it replaces",
     ("launch/submitit_launch.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("launch/sweeper.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
-    ("record/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
+    ("loggers/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
     ("core/dynamo_lazy.py", "fn.__dynamo_disable"): "torch's cache of its Dynamo wrapper, pre-filled so that "
                                                  "optimisers do not import torch._dynamo",
     ("core/dynamo_lazy.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
@@ -140,8 +140,8 @@ def test_built_components_meet_their_protocols(tmp_path, make_counter_env):
 
 @pytest.mark.parametrize("name", ["ppo", "a2c", "sac", "td3", "ddpg", "dqn"])
 def test_loss_and_evaluation_share_one_policy_object(name, tmp_path):
-    from rlrun.cli.explain import compose_config
     from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.explain import compose_config
 
     env = "cartpole" if name in ("ppo", "a2c", "dqn") else "pendulum"
     cfg = compose_config([f"algo={name}", f"env={env}", "eval.episodes=1", "buffer.capacity=null"
