@@ -48,7 +48,7 @@ def explain(overrides: list[str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         run = build_run(cfg, Path(tmp), torch.device("cpu"))
         try:
-            hooks = {**run.hooks, "checkpoint": Checkpointing(lambda: None, 0)}
+            hooks = {**run.hooks, "checkpoint": Checkpointing(lambda trainer: None, 0)}
             origins = {**run.origins, "checkpoint": "built in: checkpoint.*"}
             order = Trainer(run.collector, run.loss, run.optimizer, hooks, policy=run.policy,
                             provided=run.provided, budget=run.budget).order

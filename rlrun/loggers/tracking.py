@@ -180,8 +180,9 @@ class Progress:
         self.frames = frames
 
     def close(self) -> None:
-        if self.bar is not None:
+        if self.bar is not None:  # once: the run closes it when training ends and on any exit
             self.bar.close()
+            self.bar = None
 
 
 class TensorBoardLogger(Logger):
