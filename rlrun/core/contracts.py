@@ -19,6 +19,7 @@ replay buffer).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -185,7 +186,17 @@ class Source(Protocol):
         """Releases envs and worker processes; idempotent, and safe after an error."""
 
 
-Collector = Source  # the name hooks and tests knew it by
+# Old names kept importable for a while, with a deprecation line: one name per idea.
+_DEPRECATED = {"Collector": ("Source", "rlrun.core.contracts.Source")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new, where = _DEPRECATED[name]
+        warnings.warn(f"rlrun.core.contracts.{name} is deprecated: use {where} (the same protocol)",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FrameSource:

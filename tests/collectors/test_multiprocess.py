@@ -24,7 +24,7 @@ from process_utils import descendants, running, wait_gone  # noqa: F401
 
 from rlrun.collectors.multiprocess import SEED_STRIDE, MultiCollector, WorkerError
 from rlrun.collectors.sync import SyncCollector
-from rlrun.core.contracts import Collector
+from rlrun.core.contracts import Source
 from rlrun.core.errors import ConfigError
 from rlrun.envs.gym import GymVecEnv
 from rlrun.modules.networks import Actor, mlp
@@ -64,7 +64,7 @@ def rows_are_consistent(td) -> None:
 def test_multi_sync_batches_layout_consistency_and_exact_frames():
     with MultiCollector(counter_env, BiasPolicy((0.0, 1.0)), frames_per_batch=40, total_frames=98,
                         workers=2, method="forward") as coll:
-        assert isinstance(coll, Collector)
+        assert isinstance(coll, Source)
         batches = list(coll)
         assert coll.frames == coll.total_frames == 100  # rounded up to workers x num_envs = 4
     assert [b.batch_size for b in batches] == [torch.Size([4, 10])] * 2 + [torch.Size([4, 5])]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rlrun
-from rlrun.core.contracts import Buffer, Collector, Logger, Loss
+from rlrun.core.contracts import Buffer, Logger, Loss, Source
 from rlrun.core.registry import build, entries
 
 PACKAGE = Path(rlrun.__file__).parent
@@ -134,7 +134,7 @@ def test_built_components_meet_their_protocols(tmp_path, make_counter_env):
     collector = SyncCollector(env, lambda o: {"action": torch.zeros(2, dtype=torch.long)}, 4, 8)
     buffer = build("buffer", {"name": "replay", "capacity": 8, "batch_size": 2})
     logger = build("logger", {"name": "csv"}, run_dir=tmp_path)
-    assert isinstance(collector, Collector) and isinstance(buffer, Buffer) and isinstance(logger, Logger)
+    assert isinstance(collector, Source) and isinstance(buffer, Buffer) and isinstance(logger, Logger)
     logger.finish()
 
 
@@ -206,7 +206,7 @@ def test_a_plugin_missing_a_protocol_member_fails_when_built_with_the_member_nam
         build("collector", {"name": "test_partial"}, key="collector")
     assert err.value.key == "collector"
     assert "Partial lacks budget_unit, sampled_buffer" in str(err.value) and "Source" in str(err.value)
-    assert isinstance(build("collector", {"name": "test_complete"}), Collector)
+    assert isinstance(build("collector", {"name": "test_complete"}), Source)
 
 
 def test_every_source_meets_the_source_protocol():
@@ -222,3 +222,12 @@ def test_every_source_meets_the_source_protocol():
         instance_set = {"frames", "total_frames", "policy_version"}  # set in __init__
         missing = set(protocol_members(Source)) - declared - instance_set
         assert not missing, (cls.__name__, missing)
+
+
+def test_the_old_collector_name_still_imports_with_a_deprecation_line():
+    import rlrun.core.contracts as contracts
+
+    with pytest.warns(DeprecationWarning, match="use rlrun.core.contracts.Source"):
+        assert contracts.Collector is Source
+    with pytest.raises(AttributeError):
+        _ = contracts.Nope
