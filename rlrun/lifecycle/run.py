@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun.cli.load import write_policy_file
+from rlrun.core import saved
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
@@ -126,7 +127,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             progress.close()
             collector.shutdown()
             run.close()
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = saved.check_fields(saved.load_json(run_dir / "summary.json", key="resume"), {},
+                                         run_dir / "summary.json", key="resume")
             if resume["run_id"] is not None and summary.get("status") == "finished":
                 # a kill between the summary and the tracker's finish() left it RUNNING: finish it
                 build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
@@ -232,7 +234,8 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
         return plan
     # unresolved: the saved config is data, written resolved; resolving a hostile one's
     # ${oc.env:...} here would copy the environment into the listed changes and the tracker
-    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=False))
+    # checkpoint.load checked it is a bounded YAML mapping
+    old = flatten(saved.parse_yaml(state.get("config") or "{}", f"{ckpt_path} (its config)", key="resume"))
     changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
                if old.get(k, "<unset>") != new.get(k, "<unset>")]
     unsafe = [c for c in changes if not matches(c[0], SAFE_TO_CHANGE)]

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core import saved
 from rlrun.core.errors import RlrunError
 
 LOCK_FILE = ".rlrun.lock"
@@ -98,8 +99,8 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
 def read_tracking(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / TRACKING_FILE
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = saved.load_json(path)
+    except saved.SavedFileError:
         return {}
     return info if isinstance(info, dict) else {}  # data: a run directory may hold anything
 
