@@ -21,6 +21,7 @@ from rlrun.core import saved
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
+from rlrun.core.runfiles import check_tree
 from rlrun.lifecycle import checkpoint
 from rlrun.lifecycle.build import build_run, resolve_device
 from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
@@ -75,6 +76,7 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         raise ConfigError(f"cannot create the run directory {run_dir} ({err.strerror})",
                           key="hydra.run.dir", fix="run from a writable directory or set "
                           "hydra.run.dir=<a writable path>") from None
+    check_tree(run_dir)  # a link in a run directory from elsewhere would make rlrun write outside it
     with RunLock(run_dir):  # one process per run directory; the kernel frees it if we die
         remove_stale_temp_files(run_dir)
         return _train(cfg, run_dir, tags or {})

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlrun.core import saved
+from rlrun.core import runfiles, saved
 from rlrun.core.errors import RlrunError
 
 LOCK_FILE = ".rlrun.lock"
@@ -50,7 +50,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = runfiles.open_fd(self.path, os.O_RDWR | os.O_CREAT)  # a link here would truncate its target
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

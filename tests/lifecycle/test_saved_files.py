@@ -121,7 +121,8 @@ def _sweep(trained: Path, where: Path, **changes) -> Path:
 
 @pytest.mark.parametrize(("changes", "word"), [
     ({"value": "high"}, "value"), ({"trial": None}, "trial"), ({"trial": -1}, "trial"),
-    ({"config": "BEST"}, "env is missing"), ({"params": [1]}, "params"), ({"study_name": ["x"]}, "study_name"),
+    ({"config": "BEST"}, "env is missing"), ({"params": [1]}, "params"),
+    ({"study_name": ["x"]}, "study_name"),
 ])
 def test_launch_best_refuses_a_malformed_best_yaml_in_one_line(trained, tmp_path, capsys, changes, word):
     from rlrun.launch.__main__ import main as launch_main
