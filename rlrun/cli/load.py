@@ -32,13 +32,13 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
-from rlrun.core import saved
+from rlrun.core import formats, saved
 from rlrun.core.errors import CheckpointError
 from rlrun.core.registry import build, untrusted
 from rlrun.lifecycle import checkpoint
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
-POLICY_FORMAT = 1
+POLICY_FORMAT = formats.CURRENT["policy"][1]
 _MAPPING = saved.kind(dict, name="a mapping")
 # The fields of a policy file, and of a run's config, that loading reads before building.
 POLICY_SCHEMA = {"policy_format": (saved.integer(1), True), "frames": (saved.integer(0), True),
@@ -148,10 +148,12 @@ def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], Di
             "tensors, numbers, strings, lists and dicts, as rlrun writes it", key="path", fix=fix,
         ) from None
     try:
-        if isinstance(raw, dict) and raw.get("policy_format") == POLICY_FORMAT:
-            state = saved.check_fields(raw, POLICY_SCHEMA, file, fix=fix)
-        elif isinstance(raw, dict) and raw.get("format_version") == checkpoint.FORMAT_VERSION:
-            saved.check_fields(raw, checkpoint.CHECKPOINT_SCHEMA, file, fix=fix)
+        if isinstance(raw, dict) and "policy_format" in raw:
+            state = saved.check_fields(formats.upgrade("policy", raw, file), POLICY_SCHEMA, file, fix=fix)
+        elif isinstance(raw, dict) and "format_version" in raw:
+            raw = formats.upgrade("checkpoint", raw, file)
+            saved.check_fields(raw, {**checkpoint.CHECKPOINT_SCHEMA, "frames": (saved.integer(0), True)},
+                               file, fix=fix)
             if raw.get("policy") is None:  # written before the trainer saved it apart
                 raise CheckpointError(f"{file} was written by an older rlrun and holds no policy of its "
                                       "own", key="path", fix=f"load {file.parent / POLICY_FILE} (written "

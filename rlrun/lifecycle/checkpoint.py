@@ -24,10 +24,11 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from rlrun.core import saved
+from rlrun.core import formats, saved
 from rlrun.core.errors import CheckpointError, RlrunError
 
-FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
+FORMAT_VERSION = formats.CURRENT["checkpoint"][1]
+# 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
 # since Trainer.state_dict also under its own key "policy" (what rlrun.cli.load loads; older files
 # still resume)
 
@@ -166,7 +167,7 @@ def load_weights_only(path: str | Path, kind: str = "checkpoint") -> Any:
 
 
 # The fields of a checkpoint rlrun reads before it builds anything from it.
-CHECKPOINT_SCHEMA = {"format_version": (saved.integer(1), True), "frames": (saved.integer(0), True),
+CHECKPOINT_SCHEMA = {"format_version": (saved.integer(1), True), "frames": (saved.integer(0), False),
                      "config": (saved.kind(str, name="YAML text"), False),
                      "policy": (saved.kind(dict, name="a mapping of tensors"), False),
                      "loss": (saved.kind(dict, name="a mapping of tensors"), False),
@@ -203,9 +204,10 @@ def load(path: str | Path) -> dict[str, Any]:
             fix=f"the file is damaged or not an rlrun checkpoint: delete {path} to start afresh, "
             "or set resume= to another checkpoint",
         ) from None
-    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+    if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path} is not an rlrun checkpoint of format {FORMAT_VERSION}",
                               key="resume", fix=f"delete {path} to start afresh")
+    state = formats.upgrade("checkpoint", state, path, key="resume")  # a newer format: one line
     try:
         saved.check_fields(state, CHECKPOINT_SCHEMA, path, key="resume", fix=fix)
         if state.get("config"):  # parsed, bounded, here: a resume compares it before building anything
@@ -214,7 +216,8 @@ def load(path: str | Path) -> dict[str, Any]:
                                what="an rlrun run config (a YAML mapping)")
     except saved.SavedFileError as err:
         raise CheckpointError(err.message, key="resume", fix=fix) from None
-    state["frames"] = int(state["frames"])
+    if "frames" in state:
+        state["frames"] = int(state["frames"])
     return state
 
 
