@@ -156,8 +156,9 @@ def parse_yaml(data: bytes | str, source: str | Path, key: str = "path", fix: st
     if len(text) > LIMITS["yaml"]:
         raise refuse(source, f"holds {len(text) / MB:.0f} MB of YAML, over {LIMITS['yaml'] / MB:.0f} MB",
                      fix=fix, key=key)
-    loader = _DepthLimitedLoader(text)
+    loader = None
     try:
+        loader = _DepthLimitedLoader(text)  # its reader refuses NUL and other control bytes here
         root = loader.get_single_node()
         if root is None:
             return None
@@ -169,7 +170,8 @@ def parse_yaml(data: bytes | str, source: str | Path, key: str = "path", fix: st
     except RecursionError:
         raise refuse(source, f"nests YAML deeper than {MAX_DEPTH} levels", fix=fix, key=key) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path: str | Path, key: str = "path", fix: str | None = None) -> Any:

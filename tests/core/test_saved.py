@@ -59,7 +59,8 @@ def test_deep_nesting_is_refused_without_a_recursion_error(text):
 
 
 @pytest.mark.parametrize("text", ["a: !!python/object/apply:os.system ['true']\n", "a: [1, 2\n",
-                                  "b: !custom 1\n", "? [a]\n: 1\n", "a: !!python/name:os.system\n"])
+                                  "b: !custom 1\n", "? [a]\n: 1\n", "a: !!python/name:os.system\n",
+                                  "env:\n  \u202e\x00k: 1\n"])
 def test_unsafe_tags_and_syntax_errors_are_one_line(text):
     with pytest.raises(saved.SavedFileError) as err:
         saved.parse_yaml(text, "bad.yaml")
