@@ -24,7 +24,6 @@ Actions are stored in the env's own action space (rlrun's policies act in
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlrun.core import saved
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
 from rlrun.core.rundir import git_commit
 from rlrun.datasets.scores import D4RL_REFERENCE
@@ -114,7 +114,7 @@ def dataset_id(env: str, kind: str, version: int = 0) -> str:
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return saved.check_fields(saved.load_json(path), {}, path) if path.is_file() else None
 
 
 def _reached(summary: dict[str, Any] | None, threshold: float | None) -> bool:

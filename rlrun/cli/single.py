@@ -45,7 +45,22 @@ def run_single(argv: list[str], task: Callable, precheck: Callable, config_error
     if isinstance(composed, int):
         return composed
     cfg, task_name = composed
+    try:
+        _check_run_dir(cfg)
+    except RlrunError as err:
+        return config_error(err)
     return _run(cfg, task_name, task, interrupted)
+
+
+def _check_run_dir(cfg: Any) -> None:
+    """Refuses a run directory holding a link or non-regular file before Hydra writes ``.hydra/``
+    and ``rlrun.log`` into it (``rlrun.core.runfiles``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlrun.core.runfiles import check_tree
+
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} in hydra.run.dir; run_job sets it again
+    check_tree(str(cfg.hydra.run.dir))
 
 
 def _hand_back(cfg: Any) -> None:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core import runfiles, saved
 from rlrun.core.errors import RlrunError
 
 LOCK_FILE = ".rlrun.lock"
@@ -49,7 +50,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = runfiles.open_fd(self.path, os.O_RDWR | os.O_CREAT)  # a link here would truncate its target
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -98,8 +99,8 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
 def read_tracking(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / TRACKING_FILE
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = saved.load_json(path)
+    except saved.SavedFileError:
         return {}
     return info if isinstance(info, dict) else {}  # data: a run directory may hold anything
 

@@ -28,6 +28,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.core import saved
+
 log = logging.getLogger(__name__)
 
 GROUP_FILE = "sweep.json"
@@ -76,8 +78,8 @@ def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
 
 def read_group(sweep_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((Path(sweep_dir) / GROUP_FILE).read_text())
-    except (OSError, ValueError):
+        return saved.check_fields(saved.load_json(Path(sweep_dir) / GROUP_FILE), {}, GROUP_FILE)
+    except saved.SavedFileError:
         return {}
 
 

@@ -17,11 +17,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.core import checkpoint
+from rlrun.core import checkpoint, saved
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.confighash import SAFE_TO_CHANGE, matches
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
+from rlrun.core.runfiles import check_tree
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.lifecycle.build import Run, build_run, resolve_device
@@ -75,6 +76,7 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
         raise ConfigError(f"cannot create the run directory {run_dir} ({err.strerror})",
                           key="hydra.run.dir", fix="run from a writable directory or set "
                           "hydra.run.dir=<a writable path>") from None
+    check_tree(run_dir)  # a link in a run directory from elsewhere would make rlrun write outside it
     with RunLock(run_dir):  # one process per run directory; the kernel frees it if we die
         remove_stale_temp_files(run_dir)
         return _train(cfg, run_dir, tags or {})
@@ -147,7 +149,8 @@ def _already_finished(cfg: DictConfig, run_dir: Path, resume: dict, done: int, u
     say(f"[rlrun] {run_dir} already finished {done} {unit}; "
         f"raise total_{unit} to train on, or use resume=false to start afresh")
     closing.close()
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = saved.check_fields(saved.load_json(run_dir / "summary.json", key="resume"), {},
+                                 run_dir / "summary.json", key="resume")
     if resume["run_id"] is not None and summary.get("status") == "finished":
         # a kill between the summary and the tracker's finish() left it RUNNING: finish it
         build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
@@ -254,7 +257,8 @@ def _resume_plan(cfg: DictConfig, run_dir: Path, state: dict | None, ckpt_path: 
         return plan
     # unresolved: the saved config is data, written resolved; resolving a hostile one's
     # ${oc.env:...} here would copy the environment into the listed changes and the tracker
-    old = flatten(OmegaConf.to_container(OmegaConf.create(state.get("config") or "{}"), resolve=False))
+    # checkpoint.load checked it is a bounded YAML mapping
+    old = flatten(saved.parse_yaml(state.get("config") or "{}", f"{ckpt_path} (its config)", key="resume"))
     changes = [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in sorted(set(old) | set(new))
                if old.get(k, "<unset>") != new.get(k, "<unset>")]
     unsafe = [c for c in changes if not matches(c[0], SAFE_TO_CHANGE)]

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core.runfiles import open_write
 from rlrun.loggers import pause_point
 
 BATCH_METRICS = 1000  # MLflow's log_batch takes at most 1000 metrics per request
@@ -177,7 +178,7 @@ class JournaledLogger:
         with open(tmp, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in [*self._sent, *self._pending])
         os.replace(tmp, self.path)
-        self._file = open(self.path, "a")
+        self._file = open_write(self.path, "a")
 
 
 def _read(path: Path) -> list[Row]:

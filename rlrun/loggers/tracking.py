@@ -18,6 +18,7 @@ from typing import Any
 from rlrun.core.contracts import Logger
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import PositiveInt, register
+from rlrun.core.runfiles import open_write
 from rlrun.loggers.journal import JournaledLogger
 from rlrun.loggers.mlflow_logger import MLflowLogger, store_errors
 
@@ -65,13 +66,13 @@ class CSVLogger(Logger):
         elif resume_step is not None and self.path.exists():
             _keep_rows_up_to(self.path, resume_step)
         new = not self.path.exists()
-        self._file = open(self.path, "a", newline="")
+        self._file = open_write(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
         if new:
             self._writer.writerow(["step", "key", "value"])
 
     def log_params(self, params: dict[str, Any]) -> None:
-        with open(self.path.with_name("params.csv"), "w", newline="") as f:
+        with open_write(self.path.with_name("params.csv"), "w", newline="") as f:
             csv.writer(f).writerows(sorted(params.items()))
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
