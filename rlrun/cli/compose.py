@@ -243,14 +243,19 @@ def precheck(args: list[str], hydra=None):
 
             _check_refs(parsed, composed)
             check_env_id(composed)
+            check_run_sections(composed)
             return composed
-    if hydra is not None:  # composing failed: compose the presets alone to name the mistake
-        from hydra.types import RunMode
+    try:
+        if hydra is not None:  # composing failed: compose the presets alone to name the mistake
+            from hydra.types import RunMode
 
-        cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
-    else:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+            cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
+        else:
+            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+    except Exception as err:
+        _not_in_defaults(err, parsed)
+        raise
     for o in value_overrides:
         parent_key, _, leaf = o.key_or_group.rpartition(".")
         parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -278,6 +283,18 @@ def precheck(args: list[str], hydra=None):
                               fix="check the key with `rlrun --cfg job`")
     _check_refs(parsed, cfg)
     return None
+
+
+def _not_in_defaults(err: Exception, parsed: list) -> None:
+    """``paper=table1/x`` (as `rlrun list` shows the group) where only ``+paper=`` adds it: Hydra's
+    30-line traceback with the hint last becomes one line naming the group and the fix."""
+    found = re.search(r"Could not override '([^']+)'\. No match in the defaults list", str(err))
+    if found is None:
+        return
+    group = found.group(1)
+    line = next((o.input_line for o in parsed if o.key_or_group == group), f"{group}=...")
+    raise ConfigError("is a config group that no preset includes, so it is added, not overridden",
+                      key=group, fix=f"write +{line.lstrip('+')}") from None
 
 
 def _check_refs(parsed: list, cfg) -> None:
@@ -351,6 +368,20 @@ def compose_run(hydra: Any, overrides: list[str]) -> Any:
                                     with_log_configuration=True)
     except Exception:  # the checks on the preset-only config name the mistake, or Hydra reports it
         return None
+
+
+def check_run_sections(cfg: Any) -> None:
+    """The run's own sections (budgets, gamma, seed, trainer, eval, checkpoint) against their schema,
+    before Hydra makes the run directory or the tracker opens its store (``total_frames=-5`` left
+    both behind, 8-19 s later); components are the build's to check (their factories import torch)."""
+    from rlrun.core.config_schema import COMPONENT_SECTIONS, RunConfig, check_dataclass
+
+    try:
+        node = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                for k, v in cfg.items_ex(resolve=False) if k not in COMPONENT_SECTIONS and k != "hydra"}
+    except Exception:  # an interpolation that fails (or a value still ???): validation reports it
+        return
+    check_dataclass(RunConfig, node, "")
 
 
 def check_env_id(cfg: Any) -> None:

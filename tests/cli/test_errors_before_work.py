@@ -1,0 +1,38 @@
+"""Bad input is refused before any work, from every entry point (issue 40 §3): one line naming
+the key and the fix, exit 2, and nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from cli_utils import run_cli
+
+
+def one_error(err: str, key: str) -> None:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert lines and lines[0].startswith(f"rlrun: error: {key}:"), err
+    assert len(lines) == 2 and lines[1].strip().startswith("fix:") and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("args", [["paper=table1/sac_halfcheetah"], ["-m", "paper=table1/sac_halfcheetah"]])
+def test_an_added_group_without_plus_names_the_fix(args, tmp_path, capsys):
+    """`rlrun list` shows the group as ``paper``; only ``+paper=`` adds it (Hydra: 30 lines, exit 1)."""
+    code, _, err = run_cli(args, tmp_path, capsys)
+    assert code == 2, err
+    one_error(err, "paper")
+    assert "fix: write +paper=table1/sac_halfcheetah" in err
+
+
+@pytest.mark.parametrize(("arg", "key"), [("total_frames=-5", "total_frames"), ("gamma=1.5", "gamma"),
+                                          ("trainer.epochs_per_batch=0", "trainer.epochs_per_batch")])
+def test_a_bad_value_leaves_no_run_dir_and_no_store_files(arg, key, tmp_path):
+    """The process's own command (MLflow's worker started early, the config composed beside torch's
+    import): refused before Hydra makes the run directory and before the store is opened."""
+    proc = subprocess.run([sys.executable, "-m", "rlrun", arg, "progress=false"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    one_error(proc.stderr, key)
+    assert not list(tmp_path.glob("runs/*/*")), list(tmp_path.glob("runs/**"))
+    assert not list(tmp_path.glob("mlflow.db*")) and not (tmp_path / "mlruns").exists()
