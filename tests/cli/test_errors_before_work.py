@@ -36,3 +36,21 @@ def test_a_bad_value_leaves_no_run_dir_and_no_store_files(arg, key, tmp_path):
     one_error(proc.stderr, key)
     assert not list(tmp_path.glob("runs/*/*")), list(tmp_path.glob("runs/**"))
     assert not list(tmp_path.glob("mlflow.db*")) and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.parametrize(("arg", "key"), [("episodes=-3", "episodes"), ("episodes=0", "episodes"),
+                                          ("episodes=many", "episodes"), ("seed=-1", "seed"),
+                                          ("version=1.5", "version"), ("threshold=nan", "threshold"),
+                                          ("threshold=high", "threshold"), ("overwrite=maybe", "overwrite")])
+def test_dataset_make_checks_every_argument_before_training(arg, key, tmp_path, capsys, monkeypatch):
+    """``episodes=-3`` trained SAC for minutes, then failed with a traceback."""
+    import rlrun.datasets.make as make
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the SAC run started before the arguments were checked")
+    monkeypatch.setattr(make, "train_sac", no_training)
+    code, _, err = run_cli(["dataset", "make", "env=pendulum", "kind=medium", f"root={tmp_path}", arg],
+                           tmp_path, capsys)
+    assert code == 2, err
+    one_error(err, key)
+    assert not any(tmp_path.iterdir())
