@@ -26,6 +26,20 @@ MAX_KEY_LEN = 200  # the longest real key is under 60 characters
 PROBE_BYTES = 64 * 1024  # room the run directory must have at start: Hydra's and rlrun's config files
 
 
+def quote_paths(argv: list[str]) -> list[str]:
+    """``key=<path>`` where the path exists and holds characters of Hydra's override grammar (``=``,
+    ``,``, a space: rlrun's own run directory names, ``resume=runs/ppo-cartpole/seed=1,lr=0.1``),
+    written as a quoted value, which Hydra reads as the string it is; any other argument unchanged."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if (eq and not arg.startswith("-") and key.lstrip("+~").replace(".", "").replace("_", "").isalnum()
+                and any(c in value for c in "=, ") and value[:1] not in ("'", '"') and Path(value).exists()):
+            arg = f"{key}='{value.replace(chr(92), chr(92) * 2).replace(chr(39), chr(92) + chr(39))}'"
+        out.append(arg)
+    return out
+
+
 def _run_name(override_dirname: str) -> str:
     """Directory name for a run's overrides; long ones are cut and keep a hash (names <= 255 bytes)."""
     name = override_dirname.replace("/", "_") or "default"
@@ -205,6 +219,13 @@ def precheck(args: list[str], hydra=None):
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as err:
+        for arg in overrides:  # a value holding Hydra's grammar (a path that does not exist yet)
+            key, _, value = arg.partition("=")
+            if any(c in value for c in "=,") and value[:1] not in ("'", '"'):
+                raise ConfigError(f"the value {value!r} holds '=' or ',', which Hydra's override grammar "
+                                  "reads as syntax", key=key.lstrip("+~"),
+                                  fix=f"quote it: \"{key}='{value}'\" (an existing path is quoted for you: "
+                                  "check that it exists)") from None
         raise ConfigError(f"cannot parse overrides: {err}",
                           fix="write overrides as key=value, e.g. seed=1") from None
     for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)

@@ -54,3 +54,24 @@ def test_dataset_make_checks_every_argument_before_training(arg, key, tmp_path, 
     assert code == 2, err
     one_error(err, key)
     assert not any(tmp_path.iterdir())
+
+
+def test_resume_takes_a_run_dir_named_with_equals_and_commas(tmp_path, capsys):
+    """rlrun names run directories by their overrides (``seed=1,lr=0.1``): ``resume=`` takes them."""
+    fast = ["collector.frames_per_batch=256", "eval.episodes=1", "logger=none", "progress=false"]
+    code, _, err = run_cli(["total_frames=512", *fast, "hydra.run.dir=first"], tmp_path, capsys)
+    assert code == 0, err
+    named = tmp_path / "runs" / "ppo-cartpole" / "seed=0,total_frames=512"
+    named.parent.mkdir(parents=True)
+    (tmp_path / "first").rename(named)
+    code, _, err = run_cli(["total_frames=1024", *fast, f"resume={named.relative_to(tmp_path)}",
+                            "hydra.run.dir=second"], tmp_path, capsys)
+    assert code == 0, err
+    assert "resuming from frame 512 of 1024" in err
+
+
+def test_a_value_with_grammar_characters_that_is_no_path_names_the_quoting_fix(tmp_path, capsys):
+    code, _, err = run_cli(["resume=runs/ppo-cartpole/seed=0,lr=1"], tmp_path, capsys)
+    assert code == 2, err
+    one_error(err, "resume")
+    assert "fix: quote it: \"resume='runs/ppo-cartpole/seed=0,lr=1'\"" in err
