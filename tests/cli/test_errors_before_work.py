@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from cli_utils import run_cli
 
@@ -75,3 +76,23 @@ def test_a_value_with_grammar_characters_that_is_no_path_names_the_quoting_fix(t
     assert code == 2, err
     one_error(err, "resume")
     assert "fix: quote it: \"resume='runs/ppo-cartpole/seed=0,lr=1'\"" in err
+
+
+def test_onnx_export_is_one_file_that_opens_alone(tmp_path, capsys):
+    """The model's weights are inside it: copied alone, it opens in onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    fast = ["total_frames=256", "collector.frames_per_batch=256", "eval.episodes=1", "logger=none",
+            "progress=false", "hydra.run.dir=r"]
+    code, _, err = run_cli(fast, tmp_path, capsys)
+    assert code == 0, err
+    (tmp_path / "out").mkdir()
+    code, _, err = run_cli(["export", "r", "--format", "onnx", "--out", str(tmp_path / "out" / "p.onnx")],
+                           tmp_path, capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["p.onnx"]
+    alone = tmp_path / "elsewhere"
+    alone.mkdir()
+    (tmp_path / "out" / "p.onnx").rename(alone / "p.onnx")
+    session = ort.InferenceSession(str(alone / "p.onnx"))
+    assert session.run(None, {"observation": np.zeros((3, 4), np.float32)})[0].shape[0] == 3
