@@ -96,3 +96,14 @@ def test_onnx_export_is_one_file_that_opens_alone(tmp_path, capsys):
     (tmp_path / "out" / "p.onnx").rename(alone / "p.onnx")
     session = ort.InferenceSession(str(alone / "p.onnx"))
     assert session.run(None, {"observation": np.zeros((3, 4), np.float32)})[0].shape[0] == 3
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "slurm_ray"])
+def test_a_slurm_launcher_without_slurm_names_the_missing_command(launcher, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    code, _, err = run_cli(["-m", f"hydra/launcher={launcher}", "total_frames=600", "logger=none",
+                            f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path, capsys)
+    assert code == 2, err
+    one_error(err, "hydra/launcher")
+    assert "`srun` is not on this machine's PATH" in err and "SLURM login node" in err
+    assert not list((tmp_path / "sw").rglob("*.pkl"))  # nothing was submitted
