@@ -158,3 +158,16 @@ def test_export_trust_code_flag_accepts_a_target_model(target_policy_file, tmp_p
                             str(tmp_path / "p.pt2")], tmp_path, capsys)
     assert code == 0, err
     assert (tmp_path / "p.pt2").exists()
+
+
+def test_check_loaded_counts_the_other_offending_keys(composed):
+    """One line names the first key and how many more there are (a mutant said '(and 0 more)')."""
+    cfg, _ = composed
+    OmegaConf.update(cfg, "model", HOSTILE, merge=False)
+    with pytest.raises(CheckpointError) as err:
+        check_loaded(cfg, "hostile.pt")
+    assert "more)" not in err.value.message
+    OmegaConf.update(cfg, "env.imports", ["os", "sys"], merge=False)
+    with pytest.raises(CheckpointError) as err:
+        check_loaded(cfg, "hostile.pt")
+    assert err.value.message.count("(and 2 more)") == 1
