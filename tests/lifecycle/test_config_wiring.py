@@ -200,3 +200,10 @@ def test_checkpoint_buffer_keys_decide_what_is_saved(args, kept, tmp_path, capsy
     assert code == 0, err
     state = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)
     assert (state.get("buffer") is not None) == kept
+
+
+@pytest.mark.parametrize("init", [0, 300])
+def test_learning_starts_falls_back_to_init_random_frames(init, tmp_path, monkeypatch):
+    """``trainer.learning_starts: null`` means ``collector.init_random_frames``, 0 included."""
+    got = wired([f"collector.init_random_frames={init}"], tmp_path, monkeypatch)
+    assert got["learning_starts"] == init
