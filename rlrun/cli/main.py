@@ -37,6 +37,7 @@ from rlrun.lifecycle.compose import (
     list_components,
     package_versions,
     precheck,
+    quote_paths,
     register_resolvers,
 )
 
@@ -243,6 +244,7 @@ def _main(argv: list[str], command: bool = False) -> int:
         from rlrun.report.cli import main as report_main
 
         return report_main(argv[1:])
+    argv = quote_paths(argv)  # resume=<a run dir of rlrun's own naming>: its = and , are not grammar
     info_only = any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c",
                           "--shell-completion", "-sc") or a.startswith("--cfg") for a in argv)
     single = not info_only and _single_run(argv)
