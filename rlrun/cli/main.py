@@ -92,7 +92,10 @@ def _task(cfg) -> None:
     logging.raiseExceptions = False
     try:
         try:
-            summary = train(cfg, run_dir, run_tags(hc, cfg))
+            from rlrun.distributed.launch import joined  # issue 39: this rank's share (alone: as is)
+
+            with joined(cfg, run_dir) as (cfg, run_dir, _world):
+                summary = train(cfg, run_dir, run_tags(hc, cfg))
         finally:  # a run that ended before making its logger leaves its worker unused
             from rlrun.record.remote import discard_prestarted
 

@@ -70,3 +70,13 @@ def global_mean_std(x: Tensor) -> tuple[Tensor, Tensor]:
         mean = total / n
         var = (squares - n * mean * mean) / (n - 1)
     return mean.to(x.dtype), var.clamp_min(0).sqrt().to(x.dtype)
+
+
+@torch.no_grad()
+def broadcast_state(module: torch.nn.Module) -> None:
+    """Every rank takes rank 0's parameters and buffers (ranks build with their own seeds, so
+    their initial weights differ until this)."""
+    if not active():
+        return
+    for t in [*module.parameters(), *module.buffers()]:
+        dist.broadcast(t.data, src=0)

@@ -16,16 +16,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from rlrun.core.errors import ConfigError
+
 # a rank that dies or hangs leaves the others blocked in a collective: they give up after this
 DEFAULT_TIMEOUT_S = 120.0
 
 
-class WorldError(ValueError):
+class WorldError(ConfigError):
     """A world that cannot start: ``key`` names the setting, ``fix`` what to do (exit 2)."""
-
-    def __init__(self, message: str, key: str, fix: str):
-        super().__init__(f"{key}: {message}; fix: {fix}")
-        self.key, self.fix = key, fix
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from rlrun.cli.load import write_policy_file
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
+from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle import checkpoint
 from rlrun.lifecycle.build import build_run, resolve_device
 from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
@@ -91,6 +92,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     torch.manual_seed(cfg.seed)
 
     run = build_run(cfg, run_dir, device)
+    broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
     hooks, collector = run.hooks, run.collector
     unit, total = run.budget.unit, run.budget.total
     # progress in the budget's unit where the checkpoint left it (0: a fresh start)
