@@ -5,8 +5,10 @@ changes nothing; on a rank it joins the process group and gives back this rank's
 directory:
 
 - the budget (``total_frames``), the collector's ``frames_per_batch`` and the loss's batch
-  (``buffer.batch_size``) are divided by the world size, so N ranks together collect and learn
-  from what one process would (and N ranks on 1/N of a batch compute one process's step);
+  (``buffer.batch_size``) are divided by the world size and the off-policy update rate
+  (``trainer.updates_per_frame``) multiplied by it, so N ranks together collect and learn from
+  what one process would, with its number of updates (N ranks on 1/N of a batch compute one
+  process's step);
 - ``seed`` gets a rank offset (``rank_seed``): each rank's envs, exploration and sampling differ;
 - rank 0 owns the run's face: the run directory (broadcast, so every rank agrees), the tracker,
   the progress line, evaluation, and the shared checkpoint; rank r > 0 keeps its own part (its
@@ -89,6 +91,9 @@ def rank_config(cfg: DictConfig, world: World) -> DictConfig:
                                                    "collector.frames_per_batch")
         if OmegaConf.select(cfg, "collector.init_random_frames"):
             out.collector.init_random_frames = int(cfg.collector.init_random_frames) // world.size
+        if OmegaConf.select(cfg, "trainer.updates_per_frame"):
+            # a rank sees 1/N of the frames: N x the rate keeps one process's updates per global frame
+            out.trainer.updates_per_frame = float(cfg.trainer.updates_per_frame) * world.size
         if OmegaConf.select(cfg, "buffer.batch_size"):
             out.buffer.batch_size = shard(int(cfg.buffer.batch_size), world, "buffer.batch_size")
         if not world.leader:

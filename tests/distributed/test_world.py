@@ -45,9 +45,11 @@ def test_a_batch_that_does_not_divide_names_its_key():
 def test_each_rank_gets_its_share_its_seed_and_rank_0_the_face():
     cfg = OmegaConf.create({"seed": 3, "total_frames": 8192, "progress": "auto", "logger": {"name": "mlflow"},
                             "collector": {"name": "sync", "frames_per_batch": 1024, "init_random_frames": 0},
-                            "buffer": {"batch_size": 256}, "eval": {"interval_frames": 100, "video": False}})
+                            "buffer": {"batch_size": 256}, "trainer": {"updates_per_frame": 0.25},
+                            "eval": {"interval_frames": 100, "video": False}})
     zero, one = rank_config(cfg, World(0, 2, 0, "gloo")), rank_config(cfg, World(1, 2, 1, "gloo"))
     assert (zero.total_frames, zero.collector.frames_per_batch, zero.buffer.batch_size) == (4096, 512, 128)
+    assert zero.trainer.updates_per_frame == 0.5  # one process's updates per global frame
     assert zero.seed == 3 and one.seed == rank_seed(3, 1) != 3
     assert zero.logger.name == "mlflow" and one.logger.name == "none" and one.progress is False
 
