@@ -1,8 +1,11 @@
-"""Who this process is among the ranks: read from torchrun's or SLURM's environment.
+"""Who this process is among the ranks: read from the environment torchrun sets.
 
-torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
-a SLURM task (srun, or submitit's one task per rank) has ``SLURM_PROCID``, ``SLURM_NTASKS`` and
-``SLURM_LOCALID`` instead. The backend follows the device: gloo on CPU, NCCL on CUDA with each
+torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
+(as submitit's ``TorchDistributedEnvironment().export()`` does in a SLURM task). SLURM's own
+``SLURM_PROCID``/``SLURM_NTASKS`` are deliberately not read: ``hydra/launcher=slurm_ray`` runs
+one rlrun on an N-task allocation, which must not wait for N - 1 ranks that never come.
+
+The backend follows the device: gloo on CPU, NCCL on CUDA with each
 rank on its ``LOCAL_RANK``'s GPU.
 """
 
@@ -56,12 +59,12 @@ def world_from_env(device: str = "cpu", env: Mapping[str, str] | None = None,
     cores (CPU) or GPUs (CUDA), or CUDA asked for without a GPU.
     """
     env = os.environ if env is None else env
-    size = _int(env, "WORLD_SIZE", "SLURM_NTASKS")
+    size = _int(env, "WORLD_SIZE")
     if size is None or size <= 1:
         return None
-    rank = _int(env, "RANK", "SLURM_PROCID") or 0
-    local_rank = _int(env, "LOCAL_RANK", "SLURM_LOCALID") or 0
-    local_size = _int(env, "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE") or size
+    rank = _int(env, "RANK") or 0
+    local_rank = _int(env, "LOCAL_RANK") or 0
+    local_size = _int(env, "LOCAL_WORLD_SIZE") or size
     cuda = device.startswith("cuda")
     if cuda:
         gpus = torch.cuda.device_count() if gpus is None else gpus

@@ -17,10 +17,12 @@ def test_alone_is_no_world():
     assert world_from_env("cpu", {"WORLD_SIZE": "1", "RANK": "0"}) is None
 
 
-def test_torchrun_and_slurm_environments():
+def test_torchrun_environment_and_not_slurms_own():
     assert world_from_env("cpu", TORCHRUN, cpus=2) == World(1, 2, 1, "gloo")
-    slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"}
-    assert world_from_env("cuda", slurm, gpus=2) == World(3, 4, 1, "nccl")
+    multi_node = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert world_from_env("cuda", multi_node, gpus=2) == World(3, 4, 1, "nccl")
+    # slurm_ray's N-task allocation runs one rlrun: SLURM's task count alone is no world
+    assert world_from_env("cpu", {"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, cpus=2) is None
 
 
 @pytest.mark.parametrize("device, machine, key", [
