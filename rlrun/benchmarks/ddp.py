@@ -151,3 +151,27 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def ranks_check(device: str, work: str, ranks: int = 2) -> list[str]:
+    """The device check's data-parallel case: PPO CartPole on ``ranks`` ranks under torchrun (gloo
+    on CPU, NCCL on CUDA); problems found (none: both ranks end with the same weights)."""
+    import subprocess
+    from pathlib import Path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", str(ranks), "-m", "rlrun", "algo=ppo",
+           "env=cartpole", "total_frames=4096", "logger=none", "progress=false", f"device={device}",
+           "eval.episodes=1"]
+    done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlrun: error:")]
+        said = (lines or done.stderr.splitlines()[-1:] or ["no output"])[0]
+        return [f"{ranks} ranks on {device}: exit {done.returncode}: {said}"]
+    (run_dir,) = Path(work).glob("runs/*/*")
+    parts = [torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location="cpu")]
+    parts += [torch.load(run_dir / "ranks" / str(r) / "checkpoint.pt", weights_only=True, map_location="cpu")
+              for r in range(1, ranks)]
+    return [f"rank {r}'s weights differ from rank 0's" for r, part in enumerate(parts[1:], 1)
+            if any(not torch.equal(v, part["policy"][k]) for k, v in parts[0]["policy"].items())]
