@@ -41,6 +41,9 @@ def test_one_run_directory_with_each_ranks_part(two_ranks):
     assert (run_dir / "world.json").read_text() == '{"world_size": 2}'
     assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "ranks" / "1" / "checkpoint.pt").is_file()
     assert not (run_dir / "ranks" / "1" / "metrics.csv").exists()  # rank 1 logs nothing
+    done = two_ranks[2]
+    closing = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[rlrun] finished")]
+    assert closing == [f"{closing[0]}"] and closing[0].endswith(str(run_dir)), closing
 
 
 def test_both_ranks_hold_the_same_weights_and_their_own_collectors(two_ranks):
