@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from rlrun.benchmarks.compiled import main as compiled_main
 
         return compiled_main(argv[1:])
+    if argv[:1] == ["ddp"]:  # the data-parallel learner's all-reduce (rlrun.benchmarks.ddp, issue 39)
+        from rlrun.benchmarks.ddp import main as ddp_main
+
+        return ddp_main(argv[1:])
     args = parse_args(argv)
     use_huge_pages_for_large_tensors()  # as the rlrun command does, for every side
     torch.set_num_threads(1)  # rlrun's default (conf/config.yaml: threads: 1), for both sides

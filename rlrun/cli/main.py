@@ -93,7 +93,10 @@ def _task(cfg) -> None:
     logging.raiseExceptions = False
     try:
         try:
-            summary = train(cfg, run_dir, run_tags(hc, cfg))
+            from rlrun.distributed.launch import joined  # issue 39: this rank's share (alone: as is)
+
+            with joined(cfg, run_dir) as (cfg, run_dir, world):
+                summary = train(cfg, run_dir, run_tags(hc, cfg))
         finally:  # a run that ended before making its logger leaves its worker unused
             from rlrun.loggers.remote import discard_prestarted
 
@@ -124,8 +127,10 @@ def _task(cfg) -> None:
               f"{summary['total_frames']} frames, checkpoint written; rerun the same command to "
               f"continue -> {summary['run_dir']}", file=sys.stderr, flush=True)
         _exit_promptly(code)
-    say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
-        f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s -> {summary['run_dir']}")
+    if world is None or world.leader:  # issue 39: one closing line, rank 0's
+        say(f"[rlrun] {summary['status']}: {summary['frames']} frames, eval return "
+            f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s "
+            f"-> {summary['run_dir']}")
     if summary["status"] == "diverged":
         from rlrun.lifecycle.load import CHECKPOINT
 

@@ -25,6 +25,7 @@ from rlrun.core.registry import build
 from rlrun.core.runfiles import check_tree
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device
 from rlrun.lifecycle.load import write_policy_file
 from rlrun.loggers import pause_point
@@ -96,6 +97,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     torch.manual_seed(cfg.seed)
     with contextlib.ExitStack() as closing:
         run = build_run(cfg, run_dir, device)
+        broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
         closing.callback(run.close)
         closing.callback(run.collector.shutdown)
         unit, total = run.budget.unit, run.budget.total
