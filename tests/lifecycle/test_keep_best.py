@@ -88,6 +88,11 @@ def test_keep_best_survives_sigkill_and_resume(tmp_path):
     for nth in (2, 1):
         code, err = _run(tmp_path, "killed", kill_at="best_write", nth=nth)
         assert code == -9, f"the run ended before its planned kill: {err[-1000:]}"
+        # the best so far is in the checkpoint the resume reads, as the metrics it covers say
+        run = tmp_path / "runs" / "killed"
+        state = torch.load(run / "checkpoint.pt", weights_only=True)
+        covered = [float(v) for st, v in _metric(run, "eval/episode_return") if int(st) <= state["frames"]]
+        assert state["hooks"]["keep_best"]["best_return"] == max(covered)
     code, err = _run(tmp_path, "killed")
     assert code == 0, err[-2000:]
     killed = tmp_path / "runs" / "killed"
