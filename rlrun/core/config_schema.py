@@ -78,6 +78,8 @@ class CheckpointSection:
     interval_updates: NonNegativeInt | None  # offline runs (budget in updates)
     buffer: bool | Literal["auto"]
     max_buffer_mb: NonNegativeFloat
+    keep_best: bool = False   # <run dir>/best/policy.pt: the best evaluation's policy
+    keep_last: PositiveInt = 1  # periodic checkpoints kept (N > 1: also checkpoints/<frames>.pt)
 
 
 @dataclass

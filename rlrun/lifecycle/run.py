@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,7 +32,7 @@ from rlrun.lifecycle.load import write_policy_file
 from rlrun.loggers import pause_point
 from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
 from rlrun.loggers.tracking import Progress, say
-from rlrun.trainer.builtins import Checkpointing, ProgressHook
+from rlrun.trainer.builtins import Checkpointing, KeepBest, ProgressHook
 from rlrun.trainer.loop import Trainer
 
 CHECKPOINT = "checkpoint.pt"
@@ -135,6 +136,9 @@ def _trainer(cfg: DictConfig, run: Run, device: torch.device, writer: Checkpoint
     order (its save() logs the batch's metrics, progress included, first)."""
     hooks = {**run.hooks, "progress": ProgressHook(progress, run.hooks["train_stats"]),
              "checkpoint": Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{run.budget.unit}"))}
+    if cfg.checkpoint.get("keep_best"):  # <run dir>/best/ by the evaluation return
+        hooks["keep_best"] = KeepBest(lambda frames, metrics: save_best(
+            writer.path.parent, cfg, run.policy, frames, metrics, writer.config_text))
     compiled = None
     if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
         from rlrun.trainer.compiled import CompiledUpdate, compile_mode
@@ -367,8 +371,41 @@ class CheckpointWriter:
         checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
                          "config": self.config_text}, self.path)
         pause_point("checkpoint_commit")
+        self.rotate(trainer.frames)
         if logger is not None:
             logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
+
+    def rotate(self, frames: int) -> None:
+        """With ``checkpoint.keep_last=N > 1``, copies ``checkpoint.pt`` to
+        ``checkpoints/<frames>.pt`` (atomically) and removes all but the newest N there."""
+        keep = int(self.cfg.checkpoint.get("keep_last", 1))
+        if keep <= 1:
+            return
+        folder = self.path.parent / KEPT
+        folder.mkdir(exist_ok=True)
+        with open(self.path, "rb") as src:
+            checkpoint.atomic_write(folder / f"{int(frames):012d}.pt", lambda f: shutil.copyfileobj(src, f))
+        for old in sorted(folder.glob("*.pt"))[:-keep]:  # zero-padded names sort by frame
+            old.unlink(missing_ok=True)
+
+
+BEST = "best"
+
+
+def save_best(run_dir: Path, cfg: DictConfig, policy: Any, frames: int, metrics: dict[str, float],
+              config_text: str) -> None:
+    """Writes ``<run_dir>/best/``: ``policy.pt`` (what ``rlrun eval``/``export``/``rlrun.load`` read)
+    and ``eval.json`` (the evaluation that made it the best), each atomically; ``eval.json`` last,
+    so that one that names a frame always sits beside that frame's policy."""
+    folder = run_dir / BEST
+    folder.mkdir(exist_ok=True)
+    write_policy_file(folder, cfg, policy, frames, config_text=config_text)
+    pause_point("best_write")  # the kill tests' point between the two files
+    kept = {k: v for k, v in metrics.items() if not k.startswith("eval/time")}  # wall time: not the result
+    _write_json(folder / "eval.json", {"frames": int(frames), **kept})
+
+
+KEPT = "checkpoints"
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -151,3 +151,35 @@ class ProgressHook(Hook):
         if "eval/episode_return" in metrics:
             info["eval"] = metrics["eval/episode_return"]
         self.progress.update(trainer.clock, info)
+
+
+class KeepBest(Hook):
+    """Keeps the policy of the best evaluation so far (``checkpoint.keep_best=true``).
+
+    After each evaluation whose mean return beats the best so far (strictly: a tie keeps the
+    earlier policy), ``save(frames, metrics)`` writes ``<run dir>/best/``; the best return and
+    the frame it was reached at are logged as ``eval/best_return`` and ``eval/best_frame``. The
+    best so far is hook state, so a resumed run compares against what the killed one had
+    checkpointed: a ``best/`` written after that checkpoint is written again, identically, when
+    the resumed run replays the evaluation (resume is exact).
+    """
+
+    def __init__(self, save: Callable[[int, dict[str, float]], None]):
+        self.save = save
+        self.best_return: float | None = None
+        self.best_frame: int | None = None
+
+    def post_eval(self, trainer, metrics: dict[str, float]) -> None:
+        value = metrics.get("eval/episode_return")
+        if value is None or value != value:  # NaN never counts as best
+            return
+        if self.best_return is None or value > self.best_return:
+            self.best_return, self.best_frame = float(value), int(trainer.frames)
+            self.save(self.best_frame, dict(metrics))
+        trainer.log({"eval/best_return": self.best_return, "eval/best_frame": float(self.best_frame)})
+
+    def state_dict(self) -> dict:
+        return {"best_return": self.best_return, "best_frame": self.best_frame}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_return, self.best_frame = state.get("best_return"), state.get("best_frame")
