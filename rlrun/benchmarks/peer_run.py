@@ -17,7 +17,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the source tree that holds this file is importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rlrun.benchmarks.peers import EVAL_EPISODES, EVAL_SEED_OFFSET, TASKS, peer_spec  # noqa: E402
+from rlrun.benchmarks.peers import EVAL_EPISODES, EVAL_SEED_OFFSET, TASKS, peer_spec, warmup  # noqa: E402
 
 
 def _objects(spec: dict[str, Any], lib: str, env) -> dict[str, Any]:
@@ -74,28 +74,33 @@ def peer_evaluate(model, env_id: str, seed: int, episodes: int = EVAL_EPISODES) 
     return float(returns.mean())
 
 
-def peer_child(lib: str, task_name: str, seed: int, frames: int | None = None) -> dict[str, Any]:
-    """Trains the peer on ``task`` in this process; its eval curve, final return and times."""
+def build(lib: str, task_name: str, seed: int, frames: int | None = None) -> tuple[Any, Any, int]:
+    """The peer's model for ``task`` (every mapped setting), its task and its budget in frames."""
     import torch
 
     torch.set_num_threads(1)  # rlrun's threads: 1
     if lib == "sbx":
         import sbx as peer_lib
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
     else:
         import stable_baselines3 as peer_lib
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.env_util import make_vec_env
 
     task = TASKS[task_name]
     spec = peer_spec(task)
     budget = frames or spec["learn"]["total_timesteps"]
     env = make_vec_env(task.env_id, n_envs=spec["env"]["n_envs"], seed=seed)
     kwargs = _objects(spec, lib, env)
-    if frames and "learning_starts" in kwargs:  # a shorter budget (smoke): the warm-up shrinks with it
-        kwargs["learning_starts"] = kwargs["learning_starts"] * budget // task.frames
+    if "learning_starts" in kwargs:  # a shorter budget (smoke): the warm-up shrinks with it
+        kwargs["learning_starts"] = warmup(task, frames)
     model = getattr(peer_lib, task.algo.upper())("MlpPolicy", env, seed=seed, device="cpu", **kwargs)
+    return model, task, budget
+
+
+def peer_child(lib: str, task_name: str, seed: int, frames: int | None = None) -> dict[str, Any]:
+    """Trains the peer on ``task`` in this process; its eval curve, final return and times."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    model, task, budget = build(lib, task_name, seed, frames)
     interval = min(task.eval_interval, budget)
     curve: list[tuple[int, float]] = []
     clock = {"eval_s": 0.0}

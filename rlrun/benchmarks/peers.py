@@ -53,177 +53,38 @@ class Task:
     sbx: bool = True  # SBX implements it (SBX has no A2C)
 
 
-ON_POLICY = {
-    "net": [64, 64],
-    "activation": "tanh",
-    "ortho_init": True,
-    "obs_norm": False,
-    "clip_vf": None,
-    "ent_coef": 0.0,
-    "critic_coef": 0.5,
-    "max_grad_norm": 0.5,
-    "normalize_advantage": True,
-}
-OFF_POLICY = {
-    "net": [256, 256],
-    "activation": "relu",
-    "lr": 3e-4,
-    "adam_eps": 1e-8,
-    "buffer": 1_000_000,
-    "batch": 256,
-    "tau": 0.005,
-    "gamma": 0.99,
-    "learning_starts": 1000,
-    "n_steps": 200,
-    "updates": 200,
-}
-TASKS: dict[str, Task] = {
-    t.name: t
-    for t in [
-        Task(
-            "ppo_cartpole",
-            "ppo",
-            "cartpole",
-            "CartPole-v1",
-            102_400,
-            10_240,
-            22.0,
-            500.0,
-            {
-                **ON_POLICY,
-                "n_envs": 8,
-                "n_steps": 128,
-                "minibatch": 256,
-                "epochs": 10,
-                "gamma": 0.98,
-                "gae_lambda": 0.8,
-                "lr": 1e-3,
-                "lr_schedule": "linear",
-                "adam_eps": 1e-5,
-                "clip": 0.2,
-            },
-        ),
-        Task(
-            "a2c_cartpole",
-            "a2c",
-            "cartpole",
-            "CartPole-v1",
-            200_000,
-            10_000,
-            22.0,
-            500.0,
-            {
-                **ON_POLICY,
-                "n_envs": 8,
-                "n_steps": 5,
-                "minibatch": 40,
-                "epochs": 1,
-                "gamma": 0.99,
-                "gae_lambda": 1.0,
-                "lr": 7e-4,
-                "lr_schedule": "constant",
-                "adam_eps": 1e-8,
-            },
-            sbx=False,
-        ),
-        Task(
-            "dqn_cartpole",
-            "dqn",
-            "cartpole",
-            "CartPole-v1",
-            100_000,
-            10_000,
-            22.0,
-            500.0,
-            {
-                "net": [120, 84],
-                "activation": "relu",
-                "lr": 2.5e-4,
-                "lr_schedule": "constant",
-                "adam_eps": 1e-8,
-                "buffer": 10_000,
-                "batch": 128,
-                "gamma": 0.99,
-                "learning_starts": 5000,
-                "n_steps": 100,
-                "updates": 25,
-                "target_interval_frames": 500,
-                "eps_init": 1.0,
-                "eps_end": 0.05,
-                "eps_frames": 25_000,
-                "max_grad_norm": 10.0,
-                "double": False,
-            },
-        ),
-        Task(
-            "sac_pendulum",
-            "sac",
-            "pendulum",
-            "Pendulum-v1",
-            20_000,
-            2_000,
-            -1230.0,
-            -150.0,
-            {**OFF_POLICY, "init_alpha": 1.0},
-        ),
-        Task(
-            "td3_pendulum",
-            "td3",
-            "pendulum",
-            "Pendulum-v1",
-            20_000,
-            2_000,
-            -1230.0,
-            -150.0,
-            {**OFF_POLICY, "noise": 0.1, "policy_delay": 2, "target_noise": 0.2, "noise_clip": 0.5},
-        ),
-        Task(
-            "ddpg_pendulum",
-            "ddpg",
-            "pendulum",
-            "Pendulum-v1",
-            20_000,
-            2_000,
-            -1230.0,
-            -150.0,
-            {**OFF_POLICY, "ou_sigma": 0.02, "ou_theta": 0.15},
-        ),
-        Task(
-            "ppo_halfcheetah",
-            "ppo",
-            "halfcheetah",
-            "HalfCheetah-v5",
-            204_800,
-            20_480,
-            -280.0,
-            1500.0,
-            {
-                **ON_POLICY,
-                "n_envs": 1,
-                "n_steps": 2048,
-                "minibatch": 64,
-                "epochs": 10,
-                "gamma": 0.99,
-                "gae_lambda": 0.95,
-                "lr": 3e-4,
-                "lr_schedule": "constant",
-                "adam_eps": 1e-5,
-                "clip": 0.2,
-            },
-        ),
-        Task(
-            "sac_halfcheetah",
-            "sac",
-            "halfcheetah",
-            "HalfCheetah-v5",
-            50_000,
-            5_000,
-            -280.0,
-            4000.0,
-            {**OFF_POLICY, "learning_starts": 10_000, "n_steps": 1000, "updates": 1000, "init_alpha": 1.0},
-        ),
-    ]
-}
+# fmt: off
+ON_POLICY = {"net": [64, 64], "activation": "tanh", "ortho_init": True, "obs_norm": False,
+             "clip_vf": None, "ent_coef": 0.0, "critic_coef": 0.5, "max_grad_norm": 0.5,
+             "normalize_advantage": True}
+OFF_POLICY = {"net": [256, 256], "activation": "relu", "lr": 3e-4, "adam_eps": 1e-8, "buffer": 1_000_000,
+              "batch": 256, "tau": 0.005, "gamma": 0.99, "learning_starts": 1000, "n_steps": 200,
+              "updates": 200}
+TASKS: dict[str, Task] = {t.name: t for t in [
+    Task("ppo_cartpole", "ppo", "cartpole", "CartPole-v1", 102_400, 10_240, 22.0, 500.0, {
+        **ON_POLICY, "n_envs": 8, "n_steps": 128, "minibatch": 256, "epochs": 10, "gamma": 0.98,
+        "gae_lambda": 0.8, "lr": 1e-3, "lr_schedule": "linear", "adam_eps": 1e-5, "clip": 0.2}),
+    Task("a2c_cartpole", "a2c", "cartpole", "CartPole-v1", 200_000, 10_000, 22.0, 500.0, {
+        **ON_POLICY, "n_envs": 8, "n_steps": 5, "minibatch": 40, "epochs": 1, "gamma": 0.99,
+        "gae_lambda": 1.0, "lr": 7e-4, "lr_schedule": "constant", "adam_eps": 1e-8}, sbx=False),
+    Task("dqn_cartpole", "dqn", "cartpole", "CartPole-v1", 100_000, 10_000, 22.0, 500.0, {
+        "net": [120, 84], "activation": "relu", "lr": 2.5e-4, "lr_schedule": "constant", "adam_eps": 1e-8,
+        "buffer": 10_000, "batch": 128, "gamma": 0.99, "learning_starts": 5000, "n_steps": 100,
+        "updates": 25, "target_interval_frames": 500, "eps_init": 1.0, "eps_end": 0.05,
+        "eps_frames": 25_000, "max_grad_norm": 10.0, "double": False}),
+    Task("sac_pendulum", "sac", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
+        **OFF_POLICY, "init_alpha": 1.0}),
+    Task("td3_pendulum", "td3", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
+        **OFF_POLICY, "noise": 0.1, "policy_delay": 2, "target_noise": 0.2, "noise_clip": 0.5}),
+    Task("ddpg_pendulum", "ddpg", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
+        **OFF_POLICY, "ou_sigma": 0.02, "ou_theta": 0.15}),
+    Task("ppo_halfcheetah", "ppo", "halfcheetah", "HalfCheetah-v5", 204_800, 20_480, -280.0, 1500.0, {
+        **ON_POLICY, "n_envs": 1, "n_steps": 2048, "minibatch": 64, "epochs": 10, "gamma": 0.99,
+        "gae_lambda": 0.95, "lr": 3e-4, "lr_schedule": "constant", "adam_eps": 1e-5, "clip": 0.2}),
+    Task("sac_halfcheetah", "sac", "halfcheetah", "HalfCheetah-v5", 50_000, 5_000, -280.0, 4000.0, {
+        **OFF_POLICY, "learning_starts": 10_000, "n_steps": 1000, "updates": 1000, "init_alpha": 1.0}),
+]}
+# fmt: on
 CHEAP = ("ppo_cartpole", "a2c_cartpole", "dqn_cartpole")
 """The tasks the CPU budget of one machine covers with 10 seeds a side (README: measured costs)."""
 
@@ -555,6 +416,21 @@ def mapping(task: Task) -> list[Setting]:
             )
         ]
     return rows
+
+
+def warmup(task: Task, frames: int | None = None) -> int:
+    """Random warm-up frames at budget ``frames``: the task's, shrunk in proportion for a shorter run."""
+    start = task.values.get("learning_starts", 0)
+    return start if frames is None else start * frames // task.frames
+
+
+def updates(task: Task, frames: int | None = None) -> int:
+    """Optimiser steps both sides take at budget ``frames`` (critic steps for off-policy algorithms)."""
+    v, frames = task.values, frames or task.frames
+    batch = v["n_steps"] * v.get("n_envs", 1)
+    if task.algo in ("ppo", "a2c"):
+        return frames // batch * v.get("epochs", 1) * (batch // v["minibatch"])
+    return max(0, frames - warmup(task, frames)) // batch * v["updates"]
 
 
 def rlrun_overrides(task: Task) -> list[str]:

@@ -134,3 +134,29 @@ def test_two_seed_smoke_run_writes_table_csv_and_page(tmp_path):
     page = (tmp_path / "fidelity.html").read_text()
     assert page.count("data:image/png;base64,") == 1 and "model.hidden=[64,64]" in page
     assert "ppo_cartpole" in (tmp_path / "fidelity.csv").read_text()
+
+
+def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
+    """Issue 46's pairing: fixed cost = the short run; per update = extra time over extra updates."""
+    from rlrun.benchmarks import end_to_end
+
+    task = peers.TASKS["ppo_cartpole"]  # 4000 updates at its budget, 400 at one eval interval
+    calls = []
+
+    def timed(base: float, per_update_s: float, frames: int) -> dict:
+        calls.append(frames)
+        seconds = base + per_update_s * peers.updates(task, frames)
+        return {"process_s": seconds, "train_s": 1.0, "return": 500.0}
+
+    monkeypatch.setattr(fidelity, "run_rlrun", lambda t, seed, frames: timed(2.0, 0.001, frames))
+    monkeypatch.setattr(fidelity, "run_peer", lambda lib, t, seed, frames, python: timed(10.0, 0.002, frames))
+    result = end_to_end.run_paired(["ppo_cartpole"], seeds=2, libs=("sb3",), log=lambda *_: None)
+    assert sorted(set(calls)) == [10_240, 102_400]
+    (item,) = result["summary"]
+    assert item["pairs"] == 2 and item["updates"] == 4000
+    assert item["rlrun_fixed_s"] == pytest.approx(2.4) and item["peer_fixed_s"] == pytest.approx(10.8)
+    assert item["rlrun_per_update_ms"] == pytest.approx(1.0)
+    assert item["peer_per_update_ms"] == pytest.approx(2.0)
+    assert item["per_update_ms_ratio"] == pytest.approx(0.5)
+    assert item["process_s_ratio"] == pytest.approx(6.0 / 18.0)
+    assert "| ppo_cartpole | sb3 | 2 |" in end_to_end.render_paired(result)
