@@ -112,7 +112,7 @@ def test_the_import_graph_has_no_circles():
 # config hash, limits) lives in core; a run's assembly (compose, build, load, run) in lifecycle.
 LAYERS = (
     ("core",),
-    ("objectives", "loggers", "envs", "buffers", "modules", "datasets"),
+    ("objectives", "loggers", "envs", "buffers", "modules", "datasets", "distributed"),
     ("collectors", "trainer"),
     ("algos",),
     ("lifecycle",),
