@@ -21,6 +21,7 @@ from rlrun.core.contracts import Loss
 from rlrun.core.errors import ConfigError
 from rlrun.core.policy import Policy
 from rlrun.core.registry import NonNegativeFloat, PositiveFloat, register
+from rlrun.distributed.sync import active, global_mean_std
 
 
 @register("loss", "ppo")
@@ -96,7 +97,10 @@ def clipped_surrogate(log_ratio: Tensor, adv: Tensor, clip_epsilon: float,
     estimator) and ``clip_fraction``.
     """
     ratio = log_ratio.exp()
-    if normalize_advantage and adv.numel() > 1:
+    if normalize_advantage and active():  # data-parallel (issue 39): the global minibatch's statistics
+        mean, std = global_mean_std(adv)
+        adv = (adv - mean) / (std + 1e-8)
+    elif normalize_advantage and adv.numel() > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon)
     loss_objective = -torch.min(ratio * adv, clipped * adv).mean()

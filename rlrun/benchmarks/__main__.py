@@ -75,10 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         from rlrun.benchmarks.device import main as device_main
 
         return device_main(argv[1:])
+    if argv[:1] == ["end_to_end"] and "--paired" in argv:  # issue 46: rlrun, SB3 and SBX paired
+        from rlrun.benchmarks.end_to_end import main as end_to_end_main
+
+        return end_to_end_main(argv[1:])
+    if argv[:1] == ["fidelity"]:  # rlrun against SB3/SBX at identical settings, over seeds (statistics)
+        from rlrun.benchmarks.fidelity import main as fidelity_main
+
+        return fidelity_main(argv[1:])
     if argv[:1] == ["compiled"]:  # compile=true against eager on a device (rlrun.benchmarks.compiled)
         from rlrun.benchmarks.compiled import main as compiled_main
 
         return compiled_main(argv[1:])
+    if argv[:1] == ["ddp"]:  # the data-parallel learner's all-reduce (rlrun.benchmarks.ddp, issue 39)
+        from rlrun.benchmarks.ddp import main as ddp_main
+
+        return ddp_main(argv[1:])
     args = parse_args(argv)
     use_huge_pages_for_large_tensors()  # as the rlrun command does, for every side
     torch.set_num_threads(1)  # rlrun's default (conf/config.yaml: threads: 1), for both sides

@@ -378,7 +378,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true",
                    help="also run every family with compile=true on --device (against the eager CPU run)")
     p.add_argument("--work", type=Path, default=None, help="where runs go (default: a temporary directory)")
+    p.add_argument("--ranks", type=int, default=0,
+                   help="only the data-parallel case: PPO on this many torchrun ranks "
+                   "(gloo on cpu, NCCL on cuda)")
     args = p.parse_args(argv)
+    if args.ranks > 1:  # issue 39's case (rlrun.benchmarks.ddp.ranks_check)
+        from rlrun.benchmarks.ddp import ranks_check
+
+        with tempfile.TemporaryDirectory() as tmp:
+            problems = ranks_check(args.device, str(args.work or tmp), args.ranks)
+        print(f"device check: {args.ranks} ranks on {args.device}: " + ("; ".join(problems) or "OK"),
+              flush=True)
+        return 1 if problems else 0
     families = [f for f in args.families.split(",") if f] or list(FAMILIES)
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:

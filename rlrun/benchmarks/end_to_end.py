@@ -55,20 +55,27 @@ from pathlib import Path
 
 import numpy as np
 
+from rlrun.benchmarks import fidelity, peers
 from rlrun.benchmarks.common import table
 
-TASKS = {
-    "ppo_cartpole": {"env": "CartPole-v1", "threshold": 475.0, "max_frames": 100_000, "interval": 10_240,
-                     "rlrun": ["algo=ppo", "env=cartpole", "hooks.gae.every_epoch=false"]},
+
+def _mapped(task: str) -> list[str]:
+    """rlrun's side of a mapped task (``rlrun.benchmarks.peers``), its budget left to the caller."""
+    return [o for o in peers.rlrun_overrides(peers.TASKS[task]) if not o.startswith("total_frames=")]
+
+
+TASKS = {  # "mapped": both sides from rlrun.benchmarks.peers (the fidelity benchmark's mapping)
+    "ppo_cartpole": {"env": "CartPole-v1", "threshold": 475.0, "max_frames": 102_400, "interval": 10_240,
+                     "rlrun": _mapped("ppo_cartpole"), "mapped": "ppo_cartpole"},
     "sac_pendulum": {"env": "Pendulum-v1", "threshold": -200.0, "max_frames": 20_000, "interval": 2_000,
-                     "rlrun": ["algo=sac", "env=pendulum"]},
+                     "rlrun": _mapped("sac_pendulum"), "mapped": "sac_pendulum"},
     # whole processes, full budget (no early stop): `rlrun` against SB3 with rl-zoo3's tuned settings
     "ppo_cartpole_zoo": {"env": "CartPole-v1", "threshold": 475.0, "max_frames": 100_000, "whole": True,
                          "rlrun": []},
 }
 DEFAULT_TASKS = ("ppo_cartpole", "sac_pendulum")
 SB3_PYTHON_ENV = "RLRUN_SB3_PYTHON"
-EVAL_EPISODES, EVAL_SEED_OFFSET = 10, 1_000_003
+EVAL_EPISODES, EVAL_SEED_OFFSET = peers.EVAL_EPISODES, peers.EVAL_SEED_OFFSET
 
 
 def run_rlrun(task: str, seed: int) -> dict:
@@ -96,29 +103,14 @@ def run_rlrun(task: str, seed: int) -> dict:
             "train_s": s["wall_time_s"] - eval_s, "eval_s": eval_s, "process_s": process_s}
 
 
-def _sb3_evaluate(model, env_id: str, seed: int) -> float:
-    """Mean return of ``EVAL_EPISODES`` deterministic episodes, one per sub-env (as rlrun's Evaluator)."""
-    import gymnasium as gym
-
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * EVAL_EPISODES,
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)
-    returns, running = np.zeros(EVAL_EPISODES), np.ones(EVAL_EPISODES, bool)
-    while running.any():
-        action, _ = model.predict(obs, deterministic=True)
-        obs, reward, term, trunc, _ = envs.step(action)
-        returns += reward * running
-        running &= ~(term | trunc)
-    envs.close()
-    return float(returns.mean())
-
-
 def sb3_child(task: str, seed: int) -> dict:
     """Trains SB3 in this process with the same hyperparameters and evaluation as rlrun."""
     import torch
-    from stable_baselines3 import PPO, SAC
+    from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+
+    from rlrun.benchmarks import peer_run
 
     torch.set_num_threads(1)
     spec = TASKS[task]
@@ -133,7 +125,7 @@ def sb3_child(task: str, seed: int) -> dict:
         def _on_rollout_start(self) -> None:
             if self.num_timesteps >= self.next_at:
                 start = time.perf_counter()
-                self.last = _sb3_evaluate(self.model, spec["env"], seed)
+                self.last = peer_run.peer_evaluate(self.model, spec["env"], seed)
                 self.eval_s += time.perf_counter() - start
                 self.stop = self.last >= spec["threshold"]
                 while self.next_at <= self.num_timesteps:
@@ -151,28 +143,17 @@ def sb3_child(task: str, seed: int) -> dict:
         model.learn(total_timesteps=spec["max_frames"])
         train_s = time.perf_counter() - start
         start = time.perf_counter()
-        ret = _sb3_evaluate(model, spec["env"], seed)
+        ret = peer_run.peer_evaluate(model, spec["env"], seed)
         return {"frames": int(model.num_timesteps), "return": ret, "reached": ret >= spec["threshold"],
                 "train_s": train_s, "eval_s": time.perf_counter() - start}
-    if task == "ppo_cartpole":
-        env = make_vec_env(spec["env"], n_envs=8, seed=seed)
-        model = PPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=10, gamma=0.98, gae_lambda=0.8,
-                    learning_rate=lambda remaining: 1e-3 * remaining, clip_range=0.2, ent_coef=0.0,
-                    vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu",
-                    policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]},
-                                   "activation_fn": torch.nn.Tanh})
-    else:
-        env = make_vec_env(spec["env"], n_envs=1, seed=seed)
-        model = SAC("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=1000,
-                    batch_size=256, tau=0.005, gamma=0.99, train_freq=200, gradient_steps=200,
-                    ent_coef="auto_1.0", seed=seed, device="cpu", policy_kwargs={"net_arch": [256, 256]})
+    model = peer_run.build("sb3", spec["mapped"], seed)[0]  # every setting from rlrun.benchmarks.peers
     callback = EvalStop()
     start = time.perf_counter()
     model.learn(total_timesteps=spec["max_frames"], callback=callback)
     wall = time.perf_counter() - start
     if callback.last is None or not callback.stop:  # the final evaluation, as rlrun's after its last batch
         t = time.perf_counter()
-        callback.last = _sb3_evaluate(model, spec["env"], seed)
+        callback.last = peer_run.peer_evaluate(model, spec["env"], seed)
         callback.eval_s += time.perf_counter() - t
         wall += time.perf_counter() - t
     return {"frames": int(model.num_timesteps), "return": callback.last,
@@ -247,6 +228,79 @@ def run(quick: bool = False, reps: int | None = None, seeds: int | None = None,
         "reached the threshold); process ratio = rlrun process time / SB3 process time."]}
 
 
+PAIRED = ("ppo_cartpole", "a2c_cartpole", "dqn_cartpole", "sac_pendulum", "td3_pendulum", "sac_halfcheetah")
+"""Issue 46's pairing: rlrun, SB3 and SBX on each task at the mapping's identical settings and updates."""
+SBX_PYTHON_ENV = "RLRUN_SBX_PYTHON"
+
+
+def run_paired(tasks: list[str], seeds: int = 3, libs: tuple[str, ...] = ("sb3", "sbx"),
+               pythons: dict[str, str] | None = None, log=print) -> dict:
+    """Whole processes of every side per task and seed, at the task's budget and at one eval interval.
+
+    The same settings and update counts on all sides (``peers.mapping``; SBX where it has the
+    algorithm). Fixed cost = the short run's process time; per-update cost = the difference of the
+    two runs' process times over the difference of their update counts (``peers.updates``; the frames
+    those updates collect included). The sides' order alternates by seed.
+    """
+    pythons = pythons or {}
+    rows = []
+    for name in tasks:
+        task = peers.TASKS[name]
+        short = task.eval_interval
+        sides = ["rlrun", *(lib for lib in libs if lib != "sbx" or task.sbx)]
+        for seed in range(seeds):
+            for lib in sides if seed % 2 == 0 else sides[::-1]:
+                out = {}
+                for label, frames in (("full", task.frames), ("short", short)):
+                    out[label] = (fidelity.run_rlrun(task, seed, frames) if lib == "rlrun" else
+                                  fidelity.run_peer(lib, task, seed, frames, pythons.get(lib)))
+                du = peers.updates(task) - peers.updates(task, short)
+                row = {"task": name, "seed": seed, "lib": lib, "updates": peers.updates(task),
+                       "process_s": out["full"]["process_s"], "train_s": out["full"]["train_s"],
+                       "return": out["full"]["return"], "fixed_s": out["short"]["process_s"],
+                       "per_update_ms": 1e3 * (out["full"]["process_s"] - out["short"]["process_s"]) / du,
+                       "load": os.getloadavg()[0]}
+                rows.append(row)
+                log(f"  {name} seed {seed} {lib}: process {row['process_s']:.1f} s, fixed "
+                    f"{row['fixed_s']:.1f} s, {row['per_update_ms']:.2f} ms/update, return "
+                    f"{row['return']:.1f}, load {row['load']:.1f}")
+    summary = []
+    for name in tasks:
+        for lib in libs:
+            by_seed = {r["seed"]: r for r in rows if r["task"] == name and r["lib"] == lib}
+            pairs = [(r, by_seed[r["seed"]]) for r in rows
+                     if r["task"] == name and r["lib"] == "rlrun" and r["seed"] in by_seed]
+            if not pairs:
+                continue
+            item = {"task": name, "peer": lib, "pairs": len(pairs), "updates": pairs[0][0]["updates"]}
+            for key in ("process_s", "fixed_s", "per_update_ms"):
+                ratios = [a[key] / b[key] for a, b in pairs]
+                item[f"{key}_ratio"], item[f"{key}_min"], item[f"{key}_max"] = (
+                    float(np.median(ratios)), min(ratios), max(ratios))
+                item[f"rlrun_{key}"] = float(np.median([a[key] for a, _ in pairs]))
+                item[f"peer_{key}"] = float(np.median([b[key] for _, b in pairs]))
+            summary.append(item)
+    return {"rows": rows, "summary": summary}
+
+
+def render_paired(result: dict) -> str:
+    """One row per task and peer: medians of the paired ratios rlrun / peer (below 1: rlrun is faster)."""
+    cols = [("task", "task", "s"), ("peer", "peer", "s"), ("pairs", "pairs", "d"),
+            ("updates", "updates", "d"),
+            ("rlrun_process_s", "rlrun process s", ".1f"), ("peer_process_s", "peer process s", ".1f"),
+            ("process_s_ratio", "process rlrun/peer", ".2f"), ("process_s_min", "min", ".2f"),
+            ("process_s_max", "max", ".2f"), ("rlrun_fixed_s", "rlrun fixed s", ".1f"),
+            ("peer_fixed_s", "peer fixed s", ".1f"), ("fixed_s_ratio", "fixed rlrun/peer", ".2f"),
+            ("rlrun_per_update_ms", "rlrun ms/update", ".2f"),
+            ("peer_per_update_ms", "peer ms/update", ".2f"),
+            ("per_update_ms_ratio", "per-update rlrun/peer", ".2f"), ("per_update_ms_min", "min", ".2f"),
+            ("per_update_ms_max", "max", ".2f")]
+    return table(result["summary"], cols) + (
+        "\n\nIdentical settings and update counts on every side (rlrun.benchmarks.peers). Ratios: median of "
+        "the per-seed ratios, min and max of them. Fixed cost: the process time of a run of one evaluation "
+        "interval; per update: the extra process time of the full run over its extra updates.")
+
+
 def render(result: dict) -> str:
     for row in result["rows"]:  # throughput apart from sample efficiency
         row["ms_per_frame"] = 1e3 * row["train_s"] / max(row["frames"], 1)
@@ -267,7 +321,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="pairs per task (seeds 0..N-1)")
     parser.add_argument("--sb3-python", help=f"interpreter with stable-baselines3 (or ${SB3_PYTHON_ENV})")
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--paired", nargs="*", metavar="TASK", default=None,
+                        help=f"issue 46's pairing with SB3 and SBX at identical settings (default tasks: "
+                             f"{' '.join(PAIRED)}; any of {', '.join(peers.TASKS)})")
+    parser.add_argument("--sbx-python", help=f"interpreter with sbx-rl (or ${SBX_PYTHON_ENV})")
     args = parser.parse_args(argv)
+    if args.paired is not None:
+        tasks = args.paired or list(PAIRED)
+        if unknown := [t for t in tasks if t not in peers.TASKS]:
+            print(f"error: --paired: unknown {', '.join(unknown)}; choose from {', '.join(peers.TASKS)}",
+                  file=sys.stderr)
+            return 2
+        pythons = {"sb3": args.sb3_python or sb3_python(),
+                   "sbx": args.sbx_python or os.environ.get(SBX_PYTHON_ENV) or sys.executable}
+        libs = tuple(lib for lib in ("sb3", "sbx") if subprocess.run(
+            [pythons[lib], "-c", f"import {'stable_baselines3' if lib == 'sb3' else 'sbx'}"],
+            capture_output=True).returncode == 0)
+        print(f"load average at start: {os.getloadavg()[0]:.2f}; peers: "
+              + (", ".join(f"{lib} ({pythons[lib]})" for lib in libs) or "none installed"), flush=True)
+        result = run_paired(tasks, args.seeds, libs, pythons)
+        print(render_paired(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+        return 0
     if args.sb3_child:
         print(json.dumps(sb3_child(args.sb3_child[0], int(args.sb3_child[1]))))
         return 0

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlrun.cli.load import LoadedPolicy, find_checkpoint, load
+from rlrun.core.checkpoint import atomic_write
 from rlrun.core.errors import ConfigError, RlrunError
-from rlrun.lifecycle.checkpoint import atomic_write
+from rlrun.lifecycle.load import LoadedPolicy, find_checkpoint, load
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 
@@ -58,8 +58,11 @@ def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None,
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
+        # the weights inside the model (external_data=False): torch's default put them in a
+        # policy.onnx.data beside it that no message named, and the model alone did not open
         torch.onnx.export(pi, (example_batch(pi),), str(out), dynamo=True, input_names=["observation"],
-                          output_names=["action"], dynamic_shapes=({0: batch},), verbose=False)
+                          output_names=["action"], dynamic_shapes=({0: batch},), verbose=False,
+                          external_data=False)
     return out
 
 

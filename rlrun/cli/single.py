@@ -3,7 +3,7 @@
 ``hydra.main`` composes a run's config three times (``precheck``'s check of the presets,
 ``Hydra.get_mode``, ``Hydra.run``: 1.1 s of a 1,024-frame run's start-up). ``run_single``
 does what ``hydra.main`` -> ``Hydra.run`` does with one Hydra instance and one compose,
-which ``rlrun.cli.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
+which ``rlrun.lifecycle.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
 keep Hydra's own path. The compose and its checks run in a forked process while this one
 imports torch (``rlrun.cli.beside``); a bad input ends the command there, before torch.
 """
@@ -45,7 +45,22 @@ def run_single(argv: list[str], task: Callable, precheck: Callable, config_error
     if isinstance(composed, int):
         return composed
     cfg, task_name = composed
+    try:
+        _check_run_dir(cfg)
+    except RlrunError as err:
+        return config_error(err)
     return _run(cfg, task_name, task, interrupted)
+
+
+def _check_run_dir(cfg: Any) -> None:
+    """Refuses a run directory holding a link or non-regular file before Hydra writes ``.hydra/``
+    and ``rlrun.log`` into it (``rlrun.core.runfiles``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlrun.core.runfiles import check_tree
+
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} in hydra.run.dir; run_job sets it again
+    check_tree(str(cfg.hydra.run.dir))
 
 
 def _hand_back(cfg: Any) -> None:
@@ -67,7 +82,7 @@ def _compose(argv: list[str], task: Callable, precheck: Callable, config_error: 
     )
     from hydra.core.global_hydra import GlobalHydra
 
-    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.compose import CONF_DIR
 
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
     search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
@@ -93,7 +108,7 @@ def _run(cfg: Any, task_name: str, task: Callable, interrupted: Callable) -> int
     from hydra.core.utils import JobRuntime, configure_log, run_job, setup_globals
     from hydra.types import HydraContext
 
-    from rlrun.cli.compose import register_resolvers
+    from rlrun.lifecycle.compose import register_resolvers
 
     register_resolvers(signatures=False)  # the config's ${...}: composed elsewhere, resolved here
     setup_globals()  # Hydra's ${now:...} and ${hydra:...}, as its Hydra instance registers them

@@ -34,11 +34,14 @@ nothing answers for minutes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -51,7 +54,7 @@ from rlrun.collectors.sync import SyncCollector
 from rlrun.collectors.workers.loop import SEED_STRIDE, policy_fn
 from rlrun.core.contracts import FrameSource
 from rlrun.core.errors import ConfigError, WorkerError
-from rlrun.lifecycle.signals import survive_stop_signals
+from rlrun.core.signals import survive_stop_signals
 
 _MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
 ADDRESS_KEY = "collector.ray_address"
@@ -145,10 +148,11 @@ class RayCollector(FrameSource):
         self._lengths: list[int] = []
         self._weights = None  # the object-store reference of the current version's weights
         if not ray.is_initialized():
-            if address is None:
-                _init_local_ray(ray, workers)
-            else:
-                _join_cluster(ray, address)
+            with _keep_stop_handlers():
+                if address is None:
+                    _init_local_ray(ray, workers)
+                else:
+                    _join_cluster(ray, address)
             self._started_ray = address is None
         self._closed = False
         try:
@@ -302,6 +306,22 @@ def check_address(address: str | None, key: str = ADDRESS_KEY) -> None:
         raise ConfigError(f"must be auto, null or host:port, got {address!r}", key=key,
                           fix=f"set {key}=auto (the cluster `ray start` made here), {key}=<head host>:<port> "
                           f"(e.g. 10.0.0.1:6379), or {key}=null for a local Ray")
+
+
+@contextlib.contextmanager
+def _keep_stop_handlers() -> Iterator[None]:
+    """``ray.init`` in the main thread installs Ray's SIGTERM handler (``sys.exit(signum)``): a run
+    stopped by SIGTERM then exited 15 without its "interrupted ... rerun" line. The handlers from
+    before stay, so the run stops, checkpoints and exits 143 as with every other collector."""
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def _init_local_ray(ray: Any, workers: int) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlrun.core import saved
 from rlrun.core.errors import ConfigError
 
 MAIN_FILE = "main_data.hdf5"
@@ -439,9 +440,10 @@ def _load_metadata(path: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > 64 * 2**20:  # minari's are kilobytes; a huge one is not metadata
             raise _bad_metadata("is larger than 64 MB", str(path))
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
-        raise _bad_metadata(f"cannot be read as JSON ({str(err).splitlines()[0][:120]})", str(path)) from None
+        meta = saved.load_json(path)
+    except saved.SavedFileError as err:  # unreadable, not UTF-8, not JSON, NaN
+        why = err.message.splitlines()[0][:160]
+        raise _bad_metadata(f"cannot be read as JSON ({why})", str(path)) from None
     return check_metadata(meta, str(path))
 
 

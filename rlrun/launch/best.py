@@ -7,7 +7,7 @@ pruning hook, applies ``key=value`` overrides (a longer ``total_frames``,
 another ``seed``) and trains it in ``<sweep dir>/best/seed_<seed>``: rerunning
 the same command continues that run, as ``rlrun`` does.
 
-Both files are read as data (``rlrun.cli.load.check_loaded``): a sweep directory can come from
+Both files are read as data (``rlrun.lifecycle.load.check_loaded``): a sweep directory can come from
 elsewhere, so a ``_target_``, an interpolation or an env import in them is refused unless the
 user passes ``trust_code``.
 """
@@ -21,26 +21,31 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import __version__
+from rlrun.core import saved
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.rundir import git_commit
+from rlrun.core.rundir import git_commit
 
 _MISSING = object()
+_TEXT = saved.kind(str, name="text")
+# The fields of best.yaml that the rerun reads (the search writes them all).
+BEST_SCHEMA = {"trial": (saved.integer(0), True), "value": (saved.number(finite=False), True),
+               "config": (_TEXT, True), "study_name": (_TEXT, True), "metric": (_TEXT, True),
+               "params": (saved.kind(dict, name="a mapping"), False),
+               "choices": (saved.kind(dict, name="a mapping"), False)}
 
 
-def _load_yaml(path: Path, key: str, trust_code: bool) -> DictConfig:
+def _load_yaml(path: Path, key: str, trust_code: bool, schema: dict | None = None,
+               what: str = "a YAML mapping") -> DictConfig:
     """A YAML mapping read as data: unreadable or code-running content is one ConfigError."""
-    from rlrun.cli.load import check_loaded
+    from rlrun.lifecycle.load import check_loaded
 
+    fix = "give the sweep directory of a finished search (best.yaml, config.yaml)"
     try:
-        cfg = OmegaConf.load(path)
-    except Exception as err:  # a YAML syntax error, a binary file, a directory, ...
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"cannot read {path} as YAML ({first})", key=key,
-                          fix="give the sweep directory of a finished search (best.yaml, config.yaml)"
-                          ) from None
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{path} is not a YAML mapping", key=key,
-                          fix="give the sweep directory of a finished search (best.yaml, config.yaml)")
+        node = saved.check_fields(saved.load_yaml(path, key=key, fix=fix), schema or {}, path, key=key,
+                                  fix=fix, what=what)
+    except saved.SavedFileError as err:
+        raise ConfigError(err.message, key=key, fix=fix) from None
+    cfg = OmegaConf.create(node)
     check_loaded(cfg, str(path), trust_code)  # before anything resolves, imports or builds it
     return cfg
 
@@ -52,10 +57,10 @@ def load_best(study_dir: Path, trust_code: bool = False) -> dict[str, Any]:
         raise ConfigError(f"no {path}", key="study_dir",
                           fix="give the sweep directory of a search that finished at least one trial")
     best = OmegaConf.to_container(_load_yaml(path, "study_dir", trust_code), resolve=True)
-    for name in ("config", "study_name", "metric"):
-        if best.get(name) is not None and not isinstance(best[name], str):
-            raise ConfigError(f"{path}: {name} must be a string, got {best[name]!r}", key="study_dir",
-                              fix="give the best.yaml a search wrote")
+    try:
+        saved.check_fields(best, BEST_SCHEMA, path, key="study_dir", fix="give the best.yaml a search wrote")
+    except saved.SavedFileError as err:
+        raise ConfigError(err.message, key="study_dir", fix=err.fix) from None
     return best
 
 
@@ -68,7 +73,10 @@ def best_config(best: dict[str, Any], overrides: list[str], seed: int | None = N
     if not best.get("config") or not Path(best["config"]).is_file():
         raise ConfigError(f"the best trial's config {best.get('config')} is missing",
                           key="config", fix="rerun the search or restore its run directories")
-    cfg = _load_yaml(Path(best["config"]), "config", trust_code)
+    from rlrun.lifecycle.checkpoint import RUN_CONFIG_SCHEMA
+
+    cfg = _load_yaml(Path(best["config"]), "config", trust_code, RUN_CONFIG_SCHEMA,
+                     "an rlrun run config (a YAML mapping)")
     if "hooks" in cfg and "optuna_pruning" in cfg.hooks:
         cfg.hooks.pop("optuna_pruning")
     if seed is not None:
@@ -82,6 +90,10 @@ def best_config(best: dict[str, Any], overrides: list[str], seed: int | None = N
                               fix="use key=value with a key of the saved config (or +key=value to add one)")
         # YAML typing, as on the command line: numbers, booleans, null, [lists]
         OmegaConf.update(cfg, key.lstrip("+"), OmegaConf.create(f"v: {value}").v, force_add=True)
+    wrong = saved.integer(None)(cfg.get("seed")) if "seed" in cfg else None
+    if wrong:  # the rerun's directory is named after it: best/seed_<seed>
+        raise ConfigError(f"{best['config']}: seed {wrong}", key="seed",
+                          fix="give --seed <an integer>, or the config.yaml a search wrote")
     return cfg
 
 

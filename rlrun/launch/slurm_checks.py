@@ -177,7 +177,16 @@ def check_requests(params: dict[str, Any], part: Partition) -> None:
 
 
 def preflight(params: dict[str, Any]) -> None:
-    """``check_requests`` against the partition the jobs go to; skipped where SLURM cannot be asked."""
+    """``check_requests`` against the partition the jobs go to; skipped where SLURM cannot be asked.
+
+    Without ``srun``/``sbatch`` (a machine that is no SLURM node) nothing can be submitted: one line
+    naming the missing command, not submitit's traceback (``Could not detect "srun"``)."""
+    missing = [c for c in ("srun", "sbatch") if shutil.which(c) is None]
+    if missing:
+        raise ConfigError(f"the SLURM launcher submits through SLURM, and `{missing[0]}` is not on this "
+                          "machine's PATH", key="hydra/launcher",
+                          fix="run on a SLURM login node (srun and sbatch on PATH), or drop "
+                          "hydra/launcher=... to run the sweep here")
     if shutil.which("scontrol") is None or shutil.which("sinfo") is None:
         return
     try:

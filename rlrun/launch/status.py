@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core import saved
+
 STATUS_FILE = "job.json"
 FINAL_STATES = ("COMPLETED", "FAILED", "INTERRUPTED")
 
@@ -30,8 +32,8 @@ def now() -> str:
 def read_status(path: Path) -> dict[str, Any]:
     """The content of a status file, ``{}`` if it is missing or unreadable."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return saved.check_fields(saved.load_json(path), {}, path)
+    except saved.SavedFileError:
         return {}
 
 

@@ -20,7 +20,6 @@ from ``<run dir>/checkpoint.pt`` with ``resume=auto``, in the same MLflow run.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -37,8 +36,9 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf, open_dict
 
+from rlrun.core import saved
+from rlrun.core.signals import is_interrupt_code
 from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
-from rlrun.lifecycle.signals import is_interrupt_code
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def _summary_fields(run_dir: Path | None) -> dict[str, Any]:
     if run_dir is None:
         return {}
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = saved.check_fields(saved.load_json(run_dir / "summary.json"), {}, run_dir / "summary.json")
+    except saved.SavedFileError:
         return {}
     keys = ("status", "frames", "total_frames", "stop_reason", "eval/episode_return", "mlflow_run_id")
     return {f"summary_{k}" if k == "status" else k: summary.get(k) for k in keys}
@@ -109,7 +109,7 @@ class SubmititLauncher(BaseSubmititLauncher):
                  singleton_state: dict, status_file: str | None = None) -> JobReturn:
         import submitit
 
-        from rlrun.cli.compose import register_resolvers
+        from rlrun.lifecycle.compose import register_resolvers
 
         register_resolvers()
         self._requeueing = False  # this instance may come from a requeue's pickle

@@ -28,6 +28,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.core import saved
+
 log = logging.getLogger(__name__)
 
 GROUP_FILE = "sweep.json"
@@ -45,7 +47,7 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
         return mlflow_target(members[0], cwd) if members else None
     if logger.get("name") != "mlflow":
         return None
-    from rlrun.record.store import embedded_uri
+    from rlrun.loggers.store import embedded_uri
 
     root = Path(logger.get("root") or cwd or os.getcwd()).resolve()
     return {"tracking_uri": logger.get("tracking_uri") or embedded_uri(root),
@@ -54,14 +56,14 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
 
 def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
     """An ``MlflowClient`` on the target's store and its experiment's id (both created if missing,
-    the artifacts where ``rlrun.lifecycle.tracking`` puts them)."""
+    the artifacts where ``rlrun.loggers.tracking`` puts them)."""
     from mlflow.tracking import MlflowClient
 
-    from rlrun.record.store import open_client, sqlite_path
+    from rlrun.loggers.store import open_client, sqlite_path
 
     uri = target["tracking_uri"]
     if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
-        from rlrun.record.mlflow_logger import probe_server
+        from rlrun.loggers.mlflow_logger import probe_server
 
         probe_server(uri)
     db = sqlite_path(uri)
@@ -76,8 +78,8 @@ def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
 
 def read_group(sweep_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((Path(sweep_dir) / GROUP_FILE).read_text())
-    except (OSError, ValueError):
+        return saved.check_fields(saved.load_json(Path(sweep_dir) / GROUP_FILE), {}, GROUP_FILE)
+    except saved.SavedFileError:
         return {}
 
 

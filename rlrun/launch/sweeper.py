@@ -15,7 +15,6 @@ batch ``<sweep dir>/best.yaml`` names the best trial and its saved config;
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from rlrun.core import saved
 from rlrun.core.errors import ConfigError
 from rlrun.launch.study import (
     STUDY_ATTR,
@@ -166,9 +166,10 @@ class OptunaSweeperBase(Sweeper):
             choices = {k: str(ret.hydra_cfg.hydra.runtime.choices.get(k)) for k in ("algo", "env")}
             run_dirs.append(str(run_dir))
             try:
-                summary = json.loads((run_dir / "summary.json").read_text())
-            except (OSError, ValueError) as err:
-                problems.append(f"seed {seed}: no summary ({err})")
+                summary = saved.check_fields(saved.load_json(run_dir / "summary.json"), {},
+                                             run_dir / "summary.json")
+            except saved.SavedFileError as err:
+                problems.append(f"seed {seed}: no summary ({err.message})")
                 continue
             pruned |= summary.get("stop_reason") == "pruned"
             if summary.get("status") != "finished" or summary.get(self.conf.metric) is None:

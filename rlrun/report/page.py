@@ -158,8 +158,9 @@ def provenance(cell: Cell) -> list[str]:
 
 
 def esc_block(text: str) -> str:
-    """Text for a ``<pre>`` block: escaped, line breaks kept (a shell-quoted newline stays one)."""
-    return html.escape(text, quote=True)
+    """Text for a ``<pre>`` block: escaped, control characters shown as escapes (``render.plain``:
+    a copied command carries no ESC/BEL), line breaks kept (a shell-quoted newline stays one)."""
+    return html.escape("\n".join(render.plain(line) for line in text.split("\n")), quote=True)
 
 
 def figure(caption: str, png: bytes) -> str:

@@ -130,7 +130,11 @@ def md(text: object) -> str:
 
 
 def csv_cell(value: object) -> object:
-    """A CSV value a spreadsheet will not run: text starting like a formula gets a leading ``'``."""
+    """A CSV value a spreadsheet will not run, on one line: control characters shown as escapes
+    (``plain``: no ESC/BEL reaches a terminal that prints the file), then text starting like a
+    formula gets a leading ``'``."""
+    if isinstance(value, str):
+        value = plain(value)
     if isinstance(value, str) and value.startswith(_FORMULA):
         try:
             float(value)  # "-1.5" is a number, not a formula

@@ -20,6 +20,7 @@ from torch.optim import optimizer as torch_optimizer
 from rlrun.core.dynamo_lazy import optimizers_without_dynamo
 from rlrun.core.errors import ConfigError, did_you_mean
 from rlrun.core.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
+from rlrun.distributed.sync import average_gradients
 from rlrun.trainer.lamb import Lamb
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "lamb": Lamb,
@@ -141,6 +142,7 @@ class OptimizerStep:
         for p in self._params:
             p.grad = None
         total.backward()
+        average_gradients(self._params)  # data-parallel (issue 39): one all-reduce; nothing alone
         if self._flat is not None and self._flat.step():
             if self._flat.norm is not None:
                 self.last_grad_norms[self._flat.group] = self._flat.norm

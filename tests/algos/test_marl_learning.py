@@ -8,8 +8,9 @@ preset with no code of its own, learns there too (A2C_SCALE).
 
 The Q family on navigation (discrete, 5 actions), 90k frames: QMIX beats
 independent Q-learning by a margin that a non-monotonic (broken) mixer does
-not reach. Calibration (eval over 60 episodes, seeds 0 / 1): IQL 2.41 / 2.76,
-VDN 2.63 / 2.79, QMIX 2.84 / 3.14; QMIX with sign-flipped first-layer mixing
+not reach, averaged over paired seeds 0-2. Calibration (eval over 60 episodes,
+seeds 0 / 1): IQL 2.41 / 2.76, VDN 2.63 / 2.79, QMIX 2.84 / 3.14 (seed 2: IQL 2.61,
+QMIX 2.99); QMIX with sign-flipped first-layer mixing
 weights (non-monotonic, seed 0) scored -29.6, far below the margin. VDN's lead
 over IQL on navigation (+0.22 / +0.03) is not reliable at this scale, so VDN is
 tested on sampling only: beating IQL there needs it to learn, and more.
@@ -82,9 +83,22 @@ def final_returns(tmp_path, capsys, scale: list[str], *algos: str) -> list[float
     return finals
 
 
+QMIX_SEEDS = (0, 1, 2)
+
+
 def test_qmix_beats_independent_q_learning_on_navigation(tmp_path, capsys):
-    iql, qmix = final_returns(tmp_path, capsys, Q_SCALE, "marl_iql", "qmix")
-    assert qmix >= iql + 0.25, (iql, qmix)
+    """Paired over seeds 0-2 (each seed's IQL and QMIX runs share its env draws): the mean of the
+    per-seed leads QMIX - IQL must reach 0.25, the margin one seed used to carry alone. Calibration
+    (2026-12-05): IQL 2.41 / 2.76 / 2.61, QMIX 2.84 / 3.14 / 2.99, leads 0.43 / 0.38 / 0.38 (mean
+    0.40); a non-monotonic mixer (-29.6 on seed 0) fails it by far. One unlucky seed can no longer
+    fail the test alone, nor one lucky seed pass a broken mixer."""
+    leads = []
+    for seed in QMIX_SEEDS:
+        (tmp_path / f"seed{seed}").mkdir()
+        scale = [f"seed={seed}" if o.startswith("seed=") else o for o in Q_SCALE]
+        iql, qmix = final_returns(tmp_path / f"seed{seed}", capsys, scale, "marl_iql", "qmix")
+        leads.append(qmix - iql)
+    assert sum(leads) / len(leads) >= 0.25, leads
 
 
 def test_vdn_beats_independent_q_learning_on_sampling(tmp_path, capsys):

@@ -239,3 +239,22 @@ def test_a_bad_ray_address_fails_within_seconds_naming_the_key(tmp_path, capsys,
     assert err.startswith("rlrun: error: collector.ray_address: ") and says in err, err
     assert len(err.strip().splitlines()) == 2 and "Traceback" not in err, err
     assert not ray.is_initialized() and not ray_processes()
+
+
+def test_sigterm_stops_a_ray_run_with_exit_143_and_the_rerun_line(tmp_path):
+    """Ray's driver handler (``sys.exit(signum)``) made it exit 15 with no line: rlrun's stays."""
+    proc = spawn(["algo=impala", "env=cartpole", "seed=0", "collector.backend=ray",
+                  "collector.ray_address=null", "collector.workers=2", "env.num_envs=2",
+                  "collector.frames_per_batch=64",
+                  "collector.rollouts_per_batch=2", "total_frames=10000000", "eval.episodes=1",
+                  "eval.interval_frames=0", "checkpoint.interval_frames=64", "logger=none", "progress=false"],
+                 tmp_path)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(tmp_path.glob("runs/*/*/checkpoint.pt")):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "interrupted (signal SIGTERM)" in err and "rerun the same command" in err, err[-2000:]
+    assert not wait_no_ray(), "Ray processes outlived the run"

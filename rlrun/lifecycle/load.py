@@ -22,7 +22,6 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,12 +32,19 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
+from rlrun.core import checkpoint, formats, saved
 from rlrun.core.errors import CheckpointError
 from rlrun.core.registry import build, untrusted
-from rlrun.lifecycle import checkpoint
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
-POLICY_FORMAT = 1
+POLICY_FORMAT = formats.CURRENT["policy"][1]
+_MAPPING = saved.kind(dict, name="a mapping")
+# The fields of a policy file, and of a run's config, that loading reads before building.
+POLICY_SCHEMA = {"policy_format": (saved.integer(1), True), "frames": (saved.integer(0), True),
+                 "config": (saved.kind(str, name="YAML text"), False),
+                 "policy": (saved.kind(dict, name="a mapping of tensors"), True),
+                 "exploration": (_MAPPING, False)}
+RUN_CONFIG_SCHEMA = checkpoint.RUN_CONFIG_SCHEMA
 
 # What a config read from a file may not make rlrun do (the README's "Files are data"): a
 # ``_target_`` (or Hydra's other instantiate keys) would import and call any callable; a
@@ -118,8 +124,8 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def _summary_status(run_dir: Path) -> str | None:
     try:
-        return str(json.loads((run_dir / "summary.json").read_text()).get("status"))
-    except (OSError, ValueError, AttributeError):
+        return str(saved.load_json(run_dir / "summary.json").get("status"))
+    except (saved.SavedFileError, AttributeError):
         return None
 
 
@@ -130,38 +136,47 @@ def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], Di
     code, or read the environment, is refused unless ``trust_code``.
     """
     file = find_checkpoint(path)
+    fix = "give an rlrun checkpoint.pt or policy.pt (rlrun never unpickles objects from a file)"
     try:
-        raw = checkpoint.load_weights_only(file)
+        raw = checkpoint.load_weights_only(file, "policy" if file.name == POLICY_FILE else "checkpoint")
+    except saved.SavedFileError as err:
+        raise CheckpointError(err.message, key="path", fix=fix) from None
     except Exception as err:
         raise CheckpointError(
             f"cannot read {file} ({checkpoint.error_reason(err)}): rlrun expects a torch.save file of "
-            "tensors, numbers, strings, lists and dicts, as rlrun writes it", key="path",
-            fix="give an rlrun checkpoint.pt or policy.pt (rlrun never unpickles objects from a file)",
+            "tensors, numbers, strings, lists and dicts, as rlrun writes it", key="path", fix=fix,
         ) from None
-    if isinstance(raw, dict) and raw.get("policy_format") == POLICY_FORMAT:
-        state = raw
-    elif isinstance(raw, dict) and raw.get("format_version") == checkpoint.FORMAT_VERSION:
-        if not isinstance(raw.get("policy"), dict):  # written before the trainer saved it apart
-            raise CheckpointError(f"{file} was written by an older rlrun and holds no policy of its own",
-                                  key="path", fix=f"load {file.parent / POLICY_FILE} (written when the "
-                                  "run finished), or resume the run with this rlrun to rewrite its "
-                                  "checkpoint")
-        state = {"policy": raw["policy"], "exploration": raw.get("exploration"), "frames": int(raw["frames"]),
-                 "config": raw.get("config")}
-    else:
-        raise CheckpointError(f"{file} is not an rlrun checkpoint of format {checkpoint.FORMAT_VERSION}",
-                              key="path", fix="give a checkpoint.pt written by this version of rlrun")
-    text = state.get("config")
-    if not text and (file.parent / "config.yaml").exists():
-        text = (file.parent / "config.yaml").read_text()
-    if not text:
-        raise CheckpointError(f"{file} holds no config, and there is no config.yaml beside it", key="path",
-                              fix="give the run directory that the checkpoint was written in")
     try:
-        cfg = OmegaConf.create(text)
-    except Exception as err:
-        raise CheckpointError(f"the config saved in {file} is not valid YAML ({type(err).__name__})",
-                              key="path", fix="give a checkpoint.pt or policy.pt written by rlrun") from None
+        if isinstance(raw, dict) and "policy_format" in raw:
+            state = saved.check_fields(formats.upgrade("policy", raw, file), POLICY_SCHEMA, file, fix=fix)
+        elif isinstance(raw, dict) and "format_version" in raw:
+            raw = formats.upgrade("checkpoint", raw, file)
+            saved.check_fields(raw, {**checkpoint.CHECKPOINT_SCHEMA, "frames": (saved.integer(0), True)},
+                               file, fix=fix)
+            if raw.get("policy") is None:  # written before the trainer saved it apart
+                raise CheckpointError(f"{file} was written by an older rlrun and holds no policy of its "
+                                      "own", key="path", fix=f"load {file.parent / POLICY_FILE} (written "
+                                      "when the run finished), or resume the run with this rlrun to "
+                                      "rewrite its checkpoint")
+            state = {"policy": raw["policy"], "exploration": raw.get("exploration"),
+                     "frames": int(raw["frames"]), "config": raw.get("config")}
+        else:
+            raise CheckpointError(f"{file} is not an rlrun checkpoint of format "
+                                  f"{checkpoint.FORMAT_VERSION}", key="path",
+                                  fix="give a checkpoint.pt written by this version of rlrun")
+        state["frames"] = int(state["frames"])
+        text, source = state.get("config"), f"{file} (its config)"
+        if not text and (file.parent / "config.yaml").exists():
+            source = file.parent / "config.yaml"
+            text = saved.read_bytes(source, "yaml", fix=fix)
+        if not text:
+            raise CheckpointError(f"{file} holds no config, and there is no config.yaml beside it",
+                                  key="path", fix="give the run directory that the checkpoint was written in")
+        node = saved.check_fields(saved.parse_yaml(text, source, fix=fix), RUN_CONFIG_SCHEMA, source,
+                                  fix=fix, what="an rlrun run config (a YAML mapping)")
+        cfg = OmegaConf.create(node)
+    except saved.SavedFileError as err:
+        raise CheckpointError(err.message, key="path", fix=fix) from None
     check_loaded(cfg, str(file), trust_code)
     return state, cfg
 

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlrun.record import pause_point
+from rlrun.core.runfiles import open_write
+from rlrun.loggers import pause_point
 
 BATCH_METRICS = 1000  # MLflow's log_batch takes at most 1000 metrics per request
 
@@ -104,7 +105,7 @@ class JournaledLogger:
             self._rewrite()
             self._marker.unlink(missing_ok=True)
         except Exception as err:  # a tracker that fails must not end the training
-            from rlrun.record.store import error_line
+            from rlrun.loggers.store import error_line
 
             if not self._warned:
                 self._warned = True
@@ -177,7 +178,7 @@ class JournaledLogger:
         with open(tmp, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in [*self._sent, *self._pending])
         os.replace(tmp, self.path)
-        self._file = open(self.path, "a")
+        self._file = open_write(self.path, "a")
 
 
 def _read(path: Path) -> list[Row]:

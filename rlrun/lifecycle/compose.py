@@ -26,6 +26,20 @@ MAX_KEY_LEN = 200  # the longest real key is under 60 characters
 PROBE_BYTES = 64 * 1024  # room the run directory must have at start: Hydra's and rlrun's config files
 
 
+def quote_paths(argv: list[str]) -> list[str]:
+    """``key=<path>`` where the path exists and holds characters of Hydra's override grammar (``=``,
+    ``,``, a space: rlrun's own run directory names, ``resume=runs/ppo-cartpole/seed=1,lr=0.1``),
+    written as a quoted value, which Hydra reads as the string it is; any other argument unchanged."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if (eq and not arg.startswith("-") and key.lstrip("+~").replace(".", "").replace("_", "").isalnum()
+                and any(c in value for c in "=, ") and value[:1] not in ("'", '"') and Path(value).exists()):
+            arg = f"{key}='{value.replace(chr(92), chr(92) * 2).replace(chr(39), chr(92) + chr(39))}'"
+        out.append(arg)
+    return out
+
+
 def _run_name(override_dirname: str) -> str:
     """Directory name for a run's overrides; long ones are cut and keep a hash (names <= 255 bytes)."""
     name = override_dirname.replace("/", "_") or "default"
@@ -52,9 +66,9 @@ def env_name(choice: str, env_id: str | None) -> str:
 
 def _run_name_excluded(task_overrides: list[str]) -> list[str]:
     """Hydra's ``override_dirname.exclude_keys``: the keys of this command's overrides that
-    ``rlrun.lifecycle.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
+    ``rlrun.core.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
     so the list is made per command from the one list of prefixes)."""
-    from rlrun.lifecycle.confighash import run_name_excluded
+    from rlrun.core.confighash import run_name_excluded
 
     keys = [o.lstrip("~+").partition("=")[0].partition("@")[0] for o in task_overrides]
     return run_name_excluded(keys)
@@ -205,6 +219,13 @@ def precheck(args: list[str], hydra=None):
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as err:
+        for arg in overrides:  # a value holding Hydra's grammar (a path that does not exist yet)
+            key, _, value = arg.partition("=")
+            if any(c in value for c in "=,") and value[:1] not in ("'", '"'):
+                raise ConfigError(f"the value {value!r} holds '=' or ',', which Hydra's override grammar "
+                                  "reads as syntax", key=key.lstrip("+~"),
+                                  fix=f"quote it: \"{key}='{value}'\" (an existing path is quoted for you: "
+                                  "check that it exists)") from None
         raise ConfigError(f"cannot parse overrides: {err}",
                           fix="write overrides as key=value, e.g. seed=1") from None
     for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)
@@ -243,14 +264,19 @@ def precheck(args: list[str], hydra=None):
 
             _check_refs(parsed, composed)
             check_env_id(composed)
+            check_run_sections(composed)
             return composed
-    if hydra is not None:  # composing failed: compose the presets alone to name the mistake
-        from hydra.types import RunMode
+    try:
+        if hydra is not None:  # composing failed: compose the presets alone to name the mistake
+            from hydra.types import RunMode
 
-        cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
-    else:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+            cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
+        else:
+            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
+    except Exception as err:
+        _not_in_defaults(err, parsed)
+        raise
     for o in value_overrides:
         parent_key, _, leaf = o.key_or_group.rpartition(".")
         parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
@@ -278,6 +304,18 @@ def precheck(args: list[str], hydra=None):
                               fix="check the key with `rlrun --cfg job`")
     _check_refs(parsed, cfg)
     return None
+
+
+def _not_in_defaults(err: Exception, parsed: list) -> None:
+    """``paper=table1/x`` (as `rlrun list` shows the group) where only ``+paper=`` adds it: Hydra's
+    30-line traceback with the hint last becomes one line naming the group and the fix."""
+    found = re.search(r"Could not override '([^']+)'\. No match in the defaults list", str(err))
+    if found is None:
+        return
+    group = found.group(1)
+    line = next((o.input_line for o in parsed if o.key_or_group == group), f"{group}=...")
+    raise ConfigError("is a config group that no preset includes, so it is added, not overridden",
+                      key=group, fix=f"write +{line.lstrip('+')}") from None
 
 
 def _check_refs(parsed: list, cfg) -> None:
@@ -351,6 +389,20 @@ def compose_run(hydra: Any, overrides: list[str]) -> Any:
                                     with_log_configuration=True)
     except Exception:  # the checks on the preset-only config name the mistake, or Hydra reports it
         return None
+
+
+def check_run_sections(cfg: Any) -> None:
+    """The run's own sections (budgets, gamma, seed, trainer, eval, checkpoint) against their schema,
+    before Hydra makes the run directory or the tracker opens its store (``total_frames=-5`` left
+    both behind, 8-19 s later); components are the build's to check (their factories import torch)."""
+    from rlrun.core.config_schema import COMPONENT_SECTIONS, RunConfig, check_dataclass
+
+    try:
+        node = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                for k, v in cfg.items_ex(resolve=False) if k not in COMPONENT_SECTIONS and k != "hydra"}
+    except Exception:  # an interpolation that fails (or a value still ???): validation reports it
+        return
+    check_dataclass(RunConfig, node, "")
 
 
 def check_env_id(cfg: Any) -> None:

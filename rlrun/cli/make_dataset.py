@@ -19,12 +19,12 @@ terminated or was truncated, with the flag it had; the last, unfinished episode
 of each sub-env is cut by the end of training and is marked truncated (a cut
 bootstraps, as a time limit does), as minari's ``DataCollector`` marks it.
 Actions are stored in the env's own action space (rlrun's policies act in
-[-1, 1]; ``rlrun.cli.load.ActionMap`` maps them back).
+[-1, 1]; ``rlrun.lifecycle.load.ActionMap`` maps them back).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlrun.core import saved
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.core.rundir import git_commit
 from rlrun.datasets.scores import D4RL_REFERENCE
-from rlrun.lifecycle.rundir import git_commit
 
 if TYPE_CHECKING:
     import torch
@@ -114,7 +115,7 @@ def dataset_id(env: str, kind: str, version: int = 0) -> str:
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return saved.check_fields(saved.load_json(path), {}, path) if path.is_file() else None
 
 
 def _reached(summary: dict[str, Any] | None, threshold: float | None) -> bool:
@@ -179,7 +180,7 @@ def buffer_episodes(buffer_state: dict[str, Any], capacity: int, action_map: Any
     Args:
         buffer_state: ``ReplayBuffer.state_dict()`` with its data.
         capacity: The buffer's capacity (to undo a wrap of the ring).
-        action_map: Maps the policy's [-1, 1] actions to the env's (``rlrun.cli.load.ActionMap``).
+        action_map: Maps the policy's [-1, 1] actions to the env's (``rlrun.lifecycle.load.ActionMap``).
     """
     import torch
 
@@ -260,6 +261,37 @@ def rollout_episodes(policy: Any, env_id: str, episodes: int, seed: int, num_env
 
 # -- make ----------------------------------------------------------------------------------------
 
+def _int_arg(own: dict[str, str], key: str, default: int, low: int, high: int) -> int:
+    text = own.get(key)
+    try:
+        value = default if text is None else int(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise ConfigError(f"must be an integer >= {low} and <= {high}, got {text!r}", key=key,
+                          fix=f"e.g. {key}={max(low, default)}")
+    return value
+
+
+def _float_arg(own: dict[str, str], key: str, default: float) -> float:
+    text = own.get(key)
+    try:
+        value = default if text is None else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {text!r}", key=key, fix=f"e.g. {key}={default}")
+    return value
+
+
+def _bool_arg(own: dict[str, str], key: str) -> bool:
+    text = own.get(key, "false").lower()
+    if text not in ("1", "true", "yes", "0", "false", "no"):
+        raise ConfigError(f"must be true or false, got {own[key]!r}", key=key,
+                          fix=f"{key}=true or {key}=false")
+    return text in ("1", "true", "yes")
+
+
 def _parse(args: list[str]) -> tuple[dict[str, str], list[str]]:
     own, rest = {}, []
     for a in args:
@@ -292,14 +324,12 @@ def make(args: list[str]) -> Path:
                               fix="e.g. rlrun dataset make env=pendulum kind=medium-replay")
     env, kind = own["env"], check_kind(own["kind"])
     rec = recipe(env)
-    try:
-        seed, version = int(own.get("seed", 0)), int(own.get("version", 0))
-        episodes = int(own.get("episodes", rec.episodes))
-        threshold = float(own.get("threshold", rec.medium_return))
-    except ValueError as err:
-        raise ConfigError(f"not a number ({err})", key="seed/version/episodes/threshold",
-                          fix="give numbers, e.g. seed=1 episodes=100") from None
-    overwrite = own.get("overwrite", "false").lower() in ("1", "true", "yes")
+    # every argument checked here, before the SAC run trains for minutes (episodes=-3 failed after it)
+    seed = _int_arg(own, "seed", 0, 0, 2**32 - 1)
+    version = _int_arg(own, "version", 0, 0, 10**6)
+    episodes = _int_arg(own, "episodes", rec.episodes, 1, 10**7)
+    threshold = _float_arg(own, "threshold", rec.medium_return)
+    overwrite = _bool_arg(own, "overwrite")
     level = "expert" if kind == "expert" else "medium"
     run_dir = Path(own.get("run_dir") or Path("runs") / "datasets" / f"sac-{env}-{level}-s{seed}").resolve()
     did = dataset_id(env, kind, version)
@@ -319,9 +349,9 @@ def make(args: list[str]) -> Path:
     import gymnasium as gym
     from omegaconf import OmegaConf
 
-    from rlrun.cli.load import load
+    from rlrun.core import checkpoint
     from rlrun.datasets.minari_format import write_dataset
-    from rlrun.lifecycle import checkpoint
+    from rlrun.lifecycle.load import load
 
     policy = load(run_dir, deterministic=False)
     cfg = policy.config

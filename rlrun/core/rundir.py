@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core import runfiles, saved
 from rlrun.core.errors import RlrunError
 
 LOCK_FILE = ".rlrun.lock"
@@ -41,7 +42,7 @@ class RunLock:
         >>> with RunLock(d):
         ...     RunLock(d).acquire()
         Traceback (most recent call last):
-        rlrun.lifecycle.rundir.RunDirInUse: ...
+        rlrun.core.rundir.RunDirInUse: ...
     """
 
     def __init__(self, run_dir: Path):
@@ -49,7 +50,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = runfiles.open_fd(self.path, os.O_RDWR | os.O_CREAT)  # a link here would truncate its target
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -98,14 +99,14 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
 def read_tracking(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / TRACKING_FILE
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = saved.load_json(path)
+    except saved.SavedFileError:
         return {}
     return info if isinstance(info, dict) else {}  # data: a run directory may hold anything
 
 
 def write_tracking(run_dir: Path, info: dict[str, Any]) -> None:
-    from rlrun.lifecycle.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
+    from rlrun.core.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
 
     atomic_write_text(Path(run_dir) / TRACKING_FILE, json.dumps(info, indent=2))
 

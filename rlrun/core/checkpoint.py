@@ -17,7 +17,6 @@ import errno
 import io
 import os
 import random
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -25,10 +24,12 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from rlrun.core import formats, saved
 from rlrun.core.errors import CheckpointError, RlrunError
 
-FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
-# since Trainer.state_dict also under its own key "policy" (what rlrun.cli.load loads; older files
+FORMAT_VERSION = formats.CURRENT["checkpoint"][1]
+# 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
+# since Trainer.state_dict also under its own key "policy" (what rlrun.lifecycle.load loads; older files
 # still resume)
 
 # Errors that say the file system will not take more bytes: the run cannot go on, its
@@ -158,12 +159,28 @@ def save(state: dict[str, Any], path: str | Path) -> None:
     atomic_write(path, lambda f: torch.save({"format_version": FORMAT_VERSION, **state}, f))
 
 
-def load_weights_only(path: str | Path) -> Any:
-    """``torch.load`` of tensors and plain values only; torch's warnings on a file it refuses
-    (pickle protocols, allow-list advice) are not the user's, rlrun's error says what is wrong."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.load(path, map_location="cpu", weights_only=True)
+def load_weights_only(path: str | Path, kind: str = "checkpoint") -> Any:
+    """``torch.load`` of tensors and plain values only, size-bounded (``rlrun.core.saved``); torch's
+    warnings on a file it refuses (pickle protocols, allow-list advice) are not the user's, rlrun's
+    error says what is wrong."""
+    return saved.load_torch(path, kind)
+
+
+# The fields of a checkpoint rlrun reads before it builds anything from it.
+CHECKPOINT_SCHEMA = {"format_version": (saved.integer(1), True), "frames": (saved.integer(0), False),
+                     "config": (saved.kind(str, name="YAML text"), False),
+                     "policy": (saved.kind(dict, name="a mapping of tensors"), False),
+                     "loss": (saved.kind(dict, name="a mapping of tensors"), False),
+                     "optimizer": (saved.kind(dict, name="a mapping"), False),
+                     "hooks": (saved.kind(dict, name="a mapping"), False),
+                     "rng": (saved.kind(dict, name="a mapping"), False),
+                     "optim_steps": (saved.integer(0), False), "batches": (saved.integer(0), False),
+                     "wall_time": (saved.number(), False),
+                     "mlflow_run_id": (saved.kind(str, name="a run id"), False)}
+_MAPPING = saved.kind(dict, name="a mapping")
+# The fields of a run's saved config that loading and resuming read before building anything.
+RUN_CONFIG_SCHEMA = {"env": (_MAPPING, True), "model": (_MAPPING, True), "exploration": (_MAPPING, False),
+                     "seed": (saved.integer(None), False)}
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -175,8 +192,11 @@ def load(path: str | Path) -> dict[str, Any]:
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes)", key="resume",
                               fix=f"delete {path} to start afresh, or set resume= to another checkpoint")
+    fix = f"delete {path} to start afresh, or set resume= to another checkpoint"
     try:
         state = load_weights_only(path)
+    except saved.SavedFileError as err:
+        raise CheckpointError(err.message, key="resume", fix=fix) from None
     except Exception as err:
         raise CheckpointError(
             f"cannot read checkpoint {path} ({type(err).__name__}: {error_reason(err)})",
@@ -184,9 +204,20 @@ def load(path: str | Path) -> dict[str, Any]:
             fix=f"the file is damaged or not an rlrun checkpoint: delete {path} to start afresh, "
             "or set resume= to another checkpoint",
         ) from None
-    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+    if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path} is not an rlrun checkpoint of format {FORMAT_VERSION}",
                               key="resume", fix=f"delete {path} to start afresh")
+    state = formats.upgrade("checkpoint", state, path, key="resume")  # a newer format: one line
+    try:
+        saved.check_fields(state, CHECKPOINT_SCHEMA, path, key="resume", fix=fix)
+        if state.get("config"):  # parsed, bounded, here: a resume compares it before building anything
+            config = saved.parse_yaml(state["config"], f"{path} (its config)", key="resume", fix=fix)
+            saved.check_fields(config, RUN_CONFIG_SCHEMA, f"{path} (its config)", key="resume", fix=fix,
+                               what="an rlrun run config (a YAML mapping)")
+    except saved.SavedFileError as err:
+        raise CheckpointError(err.message, key="resume", fix=fix) from None
+    if "frames" in state:
+        state["frames"] = int(state["frames"])
     return state
 
 

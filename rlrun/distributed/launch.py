@@ -1,0 +1,130 @@
+"""A run's config and directory on one rank of a data-parallel learner (issue 39).
+
+``joined(cfg, run_dir)`` is what the command wraps a run in: alone (no torchrun/SLURM world) it
+changes nothing; on a rank it joins the process group and gives back this rank's config and
+directory:
+
+- the budget (``total_frames``), the collector's ``frames_per_batch`` and the loss's batch
+  (``buffer.batch_size``) are divided by the world size and the off-policy update rate
+  (``trainer.updates_per_frame``) multiplied by it, so N ranks together collect and learn from
+  what one process would, with its number of updates (N ranks on 1/N of a batch compute one
+  process's step);
+- ``seed`` gets a rank offset (``rank_seed``): each rank's envs, exploration and sampling differ;
+- rank 0 owns the run's face: the run directory (broadcast, so every rank agrees), the tracker,
+  the progress line, evaluation, and the shared checkpoint; rank r > 0 keeps its own part (its
+  collector, envs, replay shard, RNG) in ``<run dir>/ranks/<r>`` with ``logger=none``;
+- ``<run dir>/world.json`` records the world size; a resume with another one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlrun.distributed.world import World, WorldError, rank_seed, shard, start, stop, world_from_env
+
+WORLD_FILE = "world.json"
+
+
+@contextmanager
+def joined(cfg: DictConfig, run_dir: Path) -> Iterator[tuple[DictConfig, Path, World | None]]:
+    """This rank's ``(cfg, run_dir, world)``; unchanged (world None) outside a torchrun/SLURM world."""
+    device = str(cfg.get("device") or "auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    world = world_from_env(device, _env())
+    if world is None:
+        yield cfg, run_dir, None
+        return
+    refuse_unshardable(cfg)
+    start(world, float(os.environ.get("RLRUN_COLLECTIVE_TIMEOUT_S", "120")))
+    try:
+        shared = [str(run_dir)]
+        dist.broadcast_object_list(shared, src=0)  # Hydra's run dir as rank 0 named it
+        run_dir = Path(shared[0])
+        check_world_file(run_dir, world.size, cfg.get("resume"))  # every rank alike: all refuse, or none
+        dist.barrier()
+        if world.leader:
+            write_world_file(run_dir, world.size)
+        yield rank_config(cfg, world), rank_dir(run_dir, world), world
+    finally:
+        stop()
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def refuse_unshardable(cfg: DictConfig) -> None:
+    """One line (exit 2) for what cannot run data-parallel here, and why."""
+    collector = OmegaConf.select(cfg, "collector.name", default="") or ""
+    if "async" in str(collector):
+        raise WorldError("an asynchronous collector hands each rank a different number of batches "
+                         "at different times, so ranks' gradient all-reduces would not pair up",
+                         key="collector", fix="collector=multi_sync or sync under torchrun")
+    if OmegaConf.select(cfg, "eval.target_return") is not None:
+        raise WorldError("a target return stops rank 0 alone (evaluation runs there), leaving the "
+                         "other ranks waiting in a collective", key="eval.target_return",
+                         fix="eval.target_return=null")
+    if cfg.get("dataset"):
+        raise WorldError("offline runs are not sharded over ranks yet", key="dataset",
+                         fix="run offline families in one process")
+
+
+def rank_config(cfg: DictConfig, world: World) -> DictConfig:
+    """The config rank ``world.rank`` runs: its share of budget and batches, its seed, its face."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(out):
+        out.seed = rank_seed(int(cfg.seed), world.rank)
+        if cfg.get("total_frames"):
+            out.total_frames = shard(int(cfg.total_frames), world, "total_frames")
+        if OmegaConf.select(cfg, "collector.frames_per_batch"):
+            out.collector.frames_per_batch = shard(int(cfg.collector.frames_per_batch), world,
+                                                   "collector.frames_per_batch")
+        if OmegaConf.select(cfg, "collector.init_random_frames"):
+            out.collector.init_random_frames = int(cfg.collector.init_random_frames) // world.size
+        if OmegaConf.select(cfg, "trainer.updates_per_frame"):
+            # a rank sees 1/N of the frames: N x the rate keeps one process's updates per global frame
+            out.trainer.updates_per_frame = float(cfg.trainer.updates_per_frame) * world.size
+        if OmegaConf.select(cfg, "buffer.batch_size"):
+            out.buffer.batch_size = shard(int(cfg.buffer.batch_size), world, "buffer.batch_size")
+        if not world.leader:
+            out.logger = {"name": "none"}
+            out.progress = False
+            out.eval.interval_frames = 0
+            out.eval.video = False
+    return out
+
+
+def rank_dir(run_dir: Path, world: World) -> Path:
+    """Where rank ``world.rank``'s part of the run lives: rank 0's is the run directory."""
+    return run_dir if world.leader else run_dir / "ranks" / str(world.rank)
+
+
+def check_world_file(run_dir: Path, size: int, resume: Any) -> None:
+    """Refuses a resume under another world size than the run directory's."""
+    path = run_dir / WORLD_FILE
+    if path.is_file() and resume not in (False, "false", "never"):
+        saved = json.loads(path.read_text()).get("world_size")
+        if saved != size:
+            raise WorldError(f"the checkpoint in {run_dir} was trained on {saved} ranks, this run has {size} "
+                             "(replay shards, env states and budget shares are per rank)",
+                             key="nproc-per-node",
+                             fix=f"rerun with {saved} ranks, or start afresh with resume=false")
+
+
+def write_world_file(run_dir: Path, size: int) -> None:
+    """Records the world size beside the checkpoint (rank 0), atomically."""
+    path = run_dir / WORLD_FILE
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"world_size": size}))
+    os.replace(tmp, path)

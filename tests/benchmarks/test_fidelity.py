@@ -1,0 +1,162 @@
+"""The peer-fidelity benchmark: its statistics (values worked out by hand), its mapping, a smoke run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rlrun.benchmarks import fidelity, peers
+
+
+def test_auc_is_the_trapezoid_over_the_frames_spanned():
+    # (0,0)-(10,10): area 50; (10,10)-(20,10): area 100; over 20 frames: 7.5
+    assert fidelity.auc([(0, 0.0), (10, 10.0), (20, 10.0)]) == pytest.approx(7.5)
+    # unevenly spaced: (10,2)-(30,4): 60, (30,4)-(40,0): 20; over 30 frames
+    assert fidelity.auc([(10, 2.0), (30, 4.0), (40, 0.0)]) == pytest.approx(80 / 30)
+    assert fidelity.auc([(5, 3.0)]) == 3.0
+
+
+def test_iqm_difference_point_and_a_degenerate_interval():
+    # IQM of [0, 1, 2, 10, 100]: one value cut at each end, (1 + 2 + 10) / 3; of four 5s: 5
+    diff, low, high = fidelity.iqm_difference([100, 0, 10, 2, 1], [5, 5, 5, 5])
+    assert diff == pytest.approx(13 / 3 - 5)
+    assert low <= diff <= high
+    # constant sides: every resample gives the same IQMs, so the interval is the point
+    assert fidelity.iqm_difference([7.0] * 6, [4.0] * 5) == pytest.approx((3.0, 3.0, 3.0))
+
+
+def test_difference_interval_covers_the_true_gap_with_the_width_normal_theory_gives():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(10.0, 1.0, 400), rng.normal(0.0, 1.0, 400)
+    diff, low, high = fidelity.iqm_difference(list(a), list(b))
+    assert low < 10.0 < high
+    # the mean's 95 % width would be 2 * 1.96 * sqrt(2 / 400) = 0.277; the IQM of a normal sample is a
+    # little less efficient (variance about 1.2x the mean's), so its width is about 0.30
+    assert 0.22 < high - low < 0.40, (low, high)
+
+
+def test_verdicts_equivalent_different_inconclusive():
+    base = list(np.linspace(0.0, 1.0, 20))
+    assert fidelity.verdict(base, base, margin=0.5)["verdict"] == "equivalent"
+    assert fidelity.verdict([x + 5.0 for x in base], base, margin=0.5)["verdict"] == "different"
+    # 3 seeds each with a wide spread: the interval spans 0 and the margin's edge
+    wide = fidelity.verdict([0.0, 10.0, 20.0], [1.0, 11.0, 19.0], margin=1.0)
+    assert wide["verdict"] == "inconclusive"
+    # a small real gap inside the margin is equivalent, though its 95 % interval excludes 0
+    many = list(np.linspace(0.0, 1.0, 40))
+    small = fidelity.verdict([x + 0.4 for x in many], many, margin=0.8)
+    assert small["diff_low"] > 0 and small["verdict"] == "equivalent"
+
+
+def test_summarise_reads_final_and_auc_per_side():
+    task = peers.TASKS["ppo_cartpole"]
+    runs = [
+        {
+            "lib": lib,
+            "seed": s,
+            "return": ret,
+            "curve": [(10, 0.0), (20, ret)],
+            "train_s": 1.0,
+            "process_s": 2.0,
+        }
+        for lib, rets in (("rlrun", [500, 500, 480]), ("peer", [500, 490, 500]))
+        for s, ret in enumerate(rets)
+    ]
+    row = fidelity.summarise(task, runs)
+    assert row["margin"] == pytest.approx(0.1 * (500 - 22))
+    assert row["rlrun_final"] == pytest.approx(np.mean([500, 500, 480]))  # 3 values: nothing cut
+    assert row["peer_auc"] == pytest.approx(np.mean([250, 245, 250]))
+    assert row["final_diff"] == pytest.approx(-10 / 3)
+
+
+def test_mapping_translates_what_differs_in_form():
+    ppo = peers.peer_spec(peers.TASKS["ppo_cartpole"])["model"]
+    assert ppo["vf_coef"] == 0.25  # rlrun's value loss is critic_coef * 0.5 * err^2, SB3's vf_coef * err^2
+    assert ppo["policy_kwargs"]["net_arch"] == {"pi": [64, 64], "vf": [64, 64]}
+    assert ppo["learning_rate"] == ("linear", 1e-3) and ppo["n_steps"] * 8 == 1024
+    dqn_task = peers.TASKS["dqn_cartpole"]
+    dqn = peers.peer_spec(dqn_task)["model"]
+    assert dqn["exploration_fraction"] == pytest.approx(0.30)  # 5k warm-up + 25k annealing of 100k
+    assert dqn[
+        "target_update_interval"
+    ] == 500 and "hooks.target_update.interval_updates=125" in peers.rlrun_overrides(
+        dqn_task
+    )  # 500 frames at 25 updates per 100 frames
+    ddpg = peers.peer_spec(peers.TASKS["ddpg_pendulum"])["model"]
+    assert ddpg["action_noise"] == ("ou", 0.02, 0.15, 1.0) and ddpg["train_freq"] == 200
+    for task in peers.TASKS.values():
+        for s in peers.mapping(task):
+            assert s.rlrun and (s.peer or s.note), (task.name, s.name)
+
+
+def test_every_task_composes_on_rlrun_with_its_mapped_values(tmp_path):
+    """Each task's overrides name keys rlrun has: one composed config per task (`--cfg job`)."""
+    for task in peers.TASKS.values():
+        out = subprocess.run(
+            [sys.executable, "-m", "rlrun", *peers.rlrun_overrides(task), "--cfg", "job"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert out.returncode == 0, (task.name, out.stderr[-800:])
+        assert f"total_frames: {task.frames}" in out.stdout
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys):
+    assert fidelity.main(["--tasks", "nope"]) == 2
+    assert fidelity.main(["--peer", "sbx", "--tasks", "a2c_cartpole"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("error: --tasks") and "SBX has no a2c_cartpole" in err[1]
+
+
+def test_two_seed_smoke_run_writes_table_csv_and_page(tmp_path):
+    """CI's smoke of the benchmark (not its statistics): PPO CartPole, two short seeds a side."""
+    pytest.importorskip("stable_baselines3")
+    code = fidelity.main(
+        ["--tasks", "ppo_cartpole", "--seeds", "2", "--frames", "2048", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    result = json.loads((tmp_path / "fidelity.json").read_text())
+    assert sorted((r["lib"], r["seed"]) for r in result["runs"]) == [
+        ("peer", 0),
+        ("peer", 1),
+        ("rlrun", 0),
+        ("rlrun", 1),
+    ]
+    for r in result["runs"]:
+        assert r["frames"] == 2048 and r["curve"][-1] == [2048, r["return"]] and 8 < r["return"] <= 500
+    table = (tmp_path / "fidelity.md").read_text()
+    assert table.count("| ppo_cartpole |") == 2 and "0-1 (2)" in table
+    page = (tmp_path / "fidelity.html").read_text()
+    assert page.count("data:image/png;base64,") == 1 and "model.hidden=[64,64]" in page
+    assert "ppo_cartpole" in (tmp_path / "fidelity.csv").read_text()
+
+
+def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
+    """Issue 46's pairing: fixed cost = the short run; per update = extra time over extra updates."""
+    from rlrun.benchmarks import end_to_end
+
+    task = peers.TASKS["ppo_cartpole"]  # 4000 updates at its budget, 400 at one eval interval
+    calls = []
+
+    def timed(base: float, per_update_s: float, frames: int) -> dict:
+        calls.append(frames)
+        seconds = base + per_update_s * peers.updates(task, frames)
+        return {"process_s": seconds, "train_s": 1.0, "return": 500.0}
+
+    monkeypatch.setattr(fidelity, "run_rlrun", lambda t, seed, frames: timed(2.0, 0.001, frames))
+    monkeypatch.setattr(fidelity, "run_peer", lambda lib, t, seed, frames, python: timed(10.0, 0.002, frames))
+    result = end_to_end.run_paired(["ppo_cartpole"], seeds=2, libs=("sb3",), log=lambda *_: None)
+    assert sorted(set(calls)) == [10_240, 102_400]
+    (item,) = result["summary"]
+    assert item["pairs"] == 2 and item["updates"] == 4000
+    assert item["rlrun_fixed_s"] == pytest.approx(2.4) and item["peer_fixed_s"] == pytest.approx(10.8)
+    assert item["rlrun_per_update_ms"] == pytest.approx(1.0)
+    assert item["peer_per_update_ms"] == pytest.approx(2.0)
+    assert item["per_update_ms_ratio"] == pytest.approx(0.5)
+    assert item["process_s_ratio"] == pytest.approx(6.0 / 18.0)
+    assert "| ppo_cartpole | sb3 | 2 |" in end_to_end.render_paired(result)

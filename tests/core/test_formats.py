@@ -1,0 +1,40 @@
+"""Format versions of saved files (issue 40 §4): newer formats are refused in one line, and a
+change to a saved format without a migration fails here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_utils import run_cli
+
+from rlrun.core import formats
+
+# The versions the golden files and migrations were made for. Bumping a format in
+# rlrun.core.formats.CURRENT without adding its migration (and updating this list) fails here.
+PINNED = {"checkpoint": 2, "policy": 1}
+
+
+def test_every_saved_format_is_pinned_and_each_older_version_is_migrated_or_refused_on_purpose():
+    assert {k: v for k, (_, v) in formats.CURRENT.items()} == PINNED, (
+        "a saved format changed: add a migration to rlrun.core.formats.MIGRATIONS and golden files")
+    for kind, (_, current) in formats.CURRENT.items():
+        for old in range(1, current):
+            refused_on_purpose = (kind, old) == ("checkpoint", 1)
+            assert (kind, old) in formats.MIGRATIONS or refused_on_purpose, (kind, old)
+
+
+@pytest.mark.parametrize(("kind", "field"), [("checkpoint", "format_version"), ("policy", "policy_format")])
+def test_a_newer_format_is_refused_in_one_line(tmp_path, capsys, kind, field):
+    path = tmp_path / ("checkpoint.pt" if kind == "checkpoint" else "policy.pt")
+    torch.save({field: PINNED[kind] + 1, "frames": 0, "policy": {}, "config": "env: {}\nmodel: {}\n"}, path)
+    code, _, err = run_cli(["eval", str(path)], tmp_path, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "newer rlrun" in lines[0] and str(path) in lines[0], err
+    assert "upgrade" in lines[1], err
+
+
+def test_an_old_checkpoint_format_is_one_line_with_the_fix(tmp_path):
+    with pytest.raises(formats.FormatError) as err:
+        formats.upgrade("checkpoint", {"format_version": 1}, tmp_path / "c.pt")
+    assert "format 1" in err.value.message and "rlrun that wrote it" in err.value.fix

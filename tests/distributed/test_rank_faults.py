@@ -1,0 +1,75 @@
+"""A rank killed under torchrun stops the others and leaves no process behind; the same command
+then resumes every rank from the last checkpoint and trains to exactly its budget (issue 39)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+ARGS = ["algo=ppo", "env=cartpole", "total_frames=16384", "logger=csv", "progress=false", "threads=1",
+        "eval.episodes=1", "checkpoint.interval_frames=512"]
+
+
+def _ranks(parent: int) -> dict[int, int]:
+    """rank -> pid of torchrun's workers (their RANK environment variable)."""
+    out = {}
+    for pid in subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = [e.split(b"=", 1)[1] for e in env if e.startswith(b"RANK=")]
+        if rank:
+            out[int(rank[0])] = int(pid)
+    return out
+
+
+def test_a_killed_rank_stops_the_others_and_the_same_command_resumes(tmp_path):
+    if not TORCHRUN.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs torchrun and 2 cores")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RLRUN_TEST_PAUSE_AT": "checkpoint_write",
+           "RLRUN_TEST_PAUSE_S": "0.5", "RLRUN_COLLECTIVE_TIMEOUT_S": "30"}
+    cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "rlrun", *ARGS]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("runs/*/*/ranks/1/checkpoint.pt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint of rank 1"
+            time.sleep(0.2)
+        workers = _ranks(proc.pid)
+        os.kill(workers[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert stopped_in < 30, stopped_in  # torchrun ends the group as soon as a worker dies
+    assert "Signal 9 (SIGKILL)" in err and "local_rank: 1" in err  # torchrun names the rank and cause
+    assert not any(_alive(pid) for pid in workers.values())
+    done = subprocess.run(cmd, cwd=tmp_path, env={**env, "RLRUN_TEST_PAUSE_AT": ""}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from frame" in done.stderr
+    (run_dir,) = tmp_path.glob("runs/*/*")
+    frames = [torch.load(p, weights_only=True)["frames"]
+              for p in (run_dir / "checkpoint.pt", run_dir / "ranks" / "1" / "checkpoint.pt")]
+    assert frames == [8192, 8192]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"

@@ -1,0 +1,75 @@
+"""``torchrun --nproc-per-node 2 -m rlrun`` end to end on gloo (issue 39): one run directory with
+rank 1's part beside it, the world size recorded, the same weights on both ranks, one metrics
+record without repeated (metric, step); a resume under another world size refused in one line."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+ARGS = ["algo=ppo", "env=cartpole", "total_frames=4096", "logger=csv", "progress=false",
+        "eval.episodes=2", "threads=1"]
+
+
+def _torchrun(cwd: Path, nproc: int, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RLRUN_COLLECTIVE_TIMEOUT_S": "60", "OMP_NUM_THREADS": "1"}
+    cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", str(nproc), "-m", "rlrun", *ARGS, *extra]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    if not TORCHRUN.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs torchrun and 2 cores")
+    cwd = tmp_path_factory.mktemp("torchrun")
+    done = _torchrun(cwd, 2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (cwd / "runs" / "ppo-cartpole").iterdir()
+    return cwd, run_dir, done
+
+
+def test_one_run_directory_with_each_ranks_part(two_ranks):
+    _, run_dir, _ = two_ranks
+    assert (run_dir / "world.json").read_text() == '{"world_size": 2}'
+    assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "ranks" / "1" / "checkpoint.pt").is_file()
+    assert not (run_dir / "ranks" / "1" / "metrics.csv").exists()  # rank 1 logs nothing
+    done = two_ranks[2]
+    closing = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[rlrun] finished")]
+    assert closing == [f"{closing[0]}"] and closing[0].endswith(str(run_dir)), closing
+
+
+def test_both_ranks_hold_the_same_weights_and_their_own_collectors(two_ranks):
+    _, run_dir, _ = two_ranks
+    zero = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    one = torch.load(run_dir / "ranks" / "1" / "checkpoint.pt", weights_only=True)
+    assert zero["policy"].keys() == one["policy"].keys()
+    assert all(torch.equal(v, one["policy"][k]) for k, v in zero["policy"].items())
+    assert zero["optim_steps"] == one["optim_steps"] > 0
+    assert zero["frames"] + one["frames"] == 4096  # the budget counts both ranks
+    assert not torch.equal(zero["rng"]["torch"], one["rng"]["torch"])  # seeded per rank
+
+
+def test_no_metric_is_logged_twice_at_one_step(two_ranks):
+    _, run_dir, _ = two_ranks
+    with open(run_dir / "metrics.csv") as f:
+        rows = [(r["key"], r["step"]) for r in csv.DictReader(f)]
+    assert rows and len(rows) == len(set(rows))
+
+
+def test_another_world_size_is_refused_in_one_line(two_ranks, tmp_path):
+    _, run_dir, _ = two_ranks
+    copy = tmp_path / "runs" / "ppo-cartpole"
+    shutil.copytree(run_dir.parent, copy)
+    (tmp_path / "runs" / "ppo-cartpole" / run_dir.name / "world.json").write_text('{"world_size": 4}')
+    done = _torchrun(tmp_path, 2)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
+    assert errors and "trained on 4 ranks, this run has 2" in errors[0], done.stderr[-2000:]
