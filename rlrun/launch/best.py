@@ -73,7 +73,7 @@ def best_config(best: dict[str, Any], overrides: list[str], seed: int | None = N
     if not best.get("config") or not Path(best["config"]).is_file():
         raise ConfigError(f"the best trial's config {best.get('config')} is missing",
                           key="config", fix="rerun the search or restore its run directories")
-    from rlrun.lifecycle.checkpoint import RUN_CONFIG_SCHEMA
+    from rlrun.core.checkpoint import RUN_CONFIG_SCHEMA
 
     cfg = _load_yaml(Path(best["config"]), "config", trust_code, RUN_CONFIG_SCHEMA,
                      "an rlrun run config (a YAML mapping)")

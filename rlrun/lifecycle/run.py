@@ -23,8 +23,8 @@ from rlrun.core.config_schema import validate_sections
 from rlrun.core.confighash import SAFE_TO_CHANGE, matches
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
-from rlrun.core.runfiles import check_tree
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
+from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device

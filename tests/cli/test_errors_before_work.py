@@ -45,7 +45,7 @@ def test_a_bad_value_leaves_no_run_dir_and_no_store_files(arg, key, tmp_path):
                                           ("threshold=high", "threshold"), ("overwrite=maybe", "overwrite")])
 def test_dataset_make_checks_every_argument_before_training(arg, key, tmp_path, capsys, monkeypatch):
     """``episodes=-3`` trained SAC for minutes, then failed with a traceback."""
-    import rlrun.datasets.make as make
+    import rlrun.cli.make_dataset as make
 
     def no_training(*args, **kwargs):
         raise AssertionError("the SAC run started before the arguments were checked")

@@ -16,9 +16,9 @@ from cli_utils import run_cli
 from omegaconf import OmegaConf
 
 import rlrun
-from rlrun.cli.load import CODE_KEYS, check_loaded, restore, write_policy_file
 from rlrun.core import registry
 from rlrun.core.errors import CheckpointError, ConfigError
+from rlrun.lifecycle.load import CODE_KEYS, check_loaded, restore, write_policy_file
 
 CALLS: list[dict] = []
 
@@ -39,7 +39,7 @@ def composed(tmp_path, monkeypatch):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from rlrun.cli.compose import CONF_DIR, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
     monkeypatch.chdir(tmp_path)
     register_resolvers()

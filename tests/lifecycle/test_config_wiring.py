@@ -37,7 +37,7 @@ def _compose(overrides: list[str]):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from rlrun.cli.compose import CONF_DIR, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

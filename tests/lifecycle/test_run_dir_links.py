@@ -78,7 +78,7 @@ def test_open_write_refuses_a_link_and_touches_nothing(tmp_path, mode):
 
 
 def test_the_lock_refuses_a_link(tmp_path):
-    from rlrun.lifecycle.rundir import RunLock
+    from rlrun.core.rundir import RunLock
 
     outside = tmp_path / "outside"
     outside.write_text("precious\n")
@@ -91,7 +91,7 @@ def test_the_lock_refuses_a_link(tmp_path):
 
 
 def test_the_journal_and_csv_logger_refuse_links(tmp_path):
-    from rlrun.lifecycle.tracking import CSVLogger
+    from rlrun.loggers.tracking import CSVLogger
 
     outside = tmp_path / "outside"
     outside.write_text("precious\n")

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # target -> (file, the focused tests run against each of its mutants)
 TARGETS = {
     "build": ("rlrun/lifecycle/build.py", ["tests/lifecycle/test_config_wiring.py"]),
-    "load": ("rlrun/cli/load.py", ["tests/cli/test_trust_guards.py"]),
+    "load": ("rlrun/lifecycle/load.py", ["tests/cli/test_trust_guards.py"]),
     "registry": ("rlrun/core/registry.py", ["tests/core/test_registry.py", "tests/core/test_untrusted.py"]),
-    "journal": ("rlrun/record/journal.py", ["tests/lifecycle/test_tracking.py", "-k", "journal"]),
+    "journal": ("rlrun/loggers/journal.py", ["tests/lifecycle/test_tracking.py", "-k", "journal"]),
 }
 STATEMENTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.Raise, ast.Return, ast.If, ast.With)
 FLIP = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
