@@ -211,7 +211,7 @@ def page(report: Report, headers: list[str], columns: Callable[[Cell], list[str]
         figures_note: Shown instead of figures when there are none.
     """
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = [f"<h1>{esc(report.name)}: {esc(report.caption)}</h1>",
+    body = [f"<h1>{esc(report.title)}</h1>",
             f"<p class='meta'>{len(report.cells)} cells, {sum(c.runs_count for c in report.cells)} runs"
             + (f" from {esc(source)}" if source else "") + f"; made {when} by <code>rlrun report</code>.</p>",
             *_grid(report), *_cells(report, headers, columns), "<h2>Learning curves</h2>"]

@@ -97,7 +97,7 @@ def plot_overview(report: Report, path: Path) -> Path | None:
         return None
     nrows, ncols = len(grid), len(grid[0])
     fig = Figure(figsize=(3.0 * ncols, 2.3 * nrows + 0.5), dpi=80, layout="constrained")
-    fig.suptitle(f"{report.name}: {mpl_text(report.caption)}", fontsize=10)
+    fig.suptitle(mpl_text(report.title), fontsize=10)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for i, line in enumerate(grid):
         for j, cell in enumerate(line):

@@ -94,6 +94,11 @@ class Report:
     cols: list[str] | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def title(self) -> str:
+        """The page's heading: an ad-hoc report ("runs") is its caption alone, a table ``name: caption``."""
+        return self.caption if self.name == "runs" else f"{self.name}: {self.caption}"
+
     def cell(self, *key: str) -> Cell | None:
         """The cell with this key, or None (not in the paper and no runs)."""
         return next((c for c in self.cells if c.key == tuple(key)), None)

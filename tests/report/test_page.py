@@ -131,3 +131,12 @@ def test_grouped_report_shows_hostile_values_as_text(hostile, tmp_path):
     page, md = (out / "runs.html").read_text(), (out / "table.md").read_text()
     assert "<script" not in page.lower() and "<script" not in md.lower()
     assert html.escape(SCRIPT) in page and "a|b\\n`c`" in page and "a\\|b\\\\n\\`c\\`" in md
+
+
+def test_ad_hoc_page_title_is_its_caption_not_runs_colon(hostile, tmp_path):
+    # issue 42: the heading of an ad-hoc page read "runs: Runs grouped by config"
+    out = tmp_path / "out"
+    assert main(["--tracking-uri", hostile, "--format", "html", "--out", str(out)]) == 0
+    page = (out / "runs.html").read_text()
+    heading = re.search(r"<h1>(.*?)</h1>", page).group(1)
+    assert heading.startswith("Runs grouped by") and "runs:" not in heading
