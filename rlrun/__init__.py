@@ -15,7 +15,7 @@ _install_dynamo_lazy()  # tensordict's import would otherwise import torch._dyna
 def __getattr__(name: str) -> Any:
     # `import rlrun` stays light: torch and the env stack load on first use of rlrun.load
     if name == "load":
-        from rlrun.cli.load import load
+        from rlrun.lifecycle.load import load
 
         return load
     raise AttributeError(f"module 'rlrun' has no attribute {name!r}")

@@ -84,7 +84,7 @@ def tensor_hash(path: Path) -> str:
                 walk(v, f"{key}/{i}")
 
     state = torch.load(path, map_location="cpu", weights_only=True)
-    # the policy's own key repeats the loss's policy.* entries (rlrun.cli.load reads it): hashing the
+    # the policy's own key repeats the loss's policy.* entries (rlrun.lifecycle.load reads it): hashing the
     # rest keeps fingerprints comparable with those taken before the trainer saved it apart
     state.pop("policy", None)
     walk(state, "")

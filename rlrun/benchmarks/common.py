@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
-from rlrun.lifecycle.rundir import git_commit
+from rlrun.core.rundir import git_commit
 
 
 def interleave(cases: dict[str, Callable[[], Any]], reps: int, warmup: int = 1) -> dict[str, list[float]]:

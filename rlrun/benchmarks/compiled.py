@@ -88,8 +88,8 @@ def sync(device: torch.device) -> None:
 
 def first_batch(overrides: list[str], device: torch.device, run_dir: Path) -> tuple[Any, Any, Any]:
     """The built run, its config and its first optimisation batch (as the loop forms it)."""
-    from rlrun.cli.explain import compose_config
     from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.explain import compose_config
     from rlrun.trainer.loop import Trainer
 
     cfg = compose_config([*overrides, *QUIET, "eval.episodes=1", f"device={device}"])

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from rlrun.lifecycle.signals import die_with_parent
+from rlrun.core.signals import die_with_parent
 
 AGAIN = object()
 """``beside``'s answer when the parent must do the work itself."""

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from rlrun.cli.load import find_checkpoint, read, restore
+from rlrun.core.checkpoint import atomic_write_text
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
-from rlrun.lifecycle.checkpoint import atomic_write_text
+from rlrun.lifecycle.load import find_checkpoint, read, restore
 from rlrun.trainer.builtins import EVAL_SEED_OFFSET
 from rlrun.trainer.evaluation import Evaluator
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlrun.cli.load import LoadedPolicy, find_checkpoint, load
+from rlrun.core.checkpoint import atomic_write
 from rlrun.core.errors import ConfigError, RlrunError
-from rlrun.lifecycle.checkpoint import atomic_write
+from rlrun.lifecycle.load import LoadedPolicy, find_checkpoint, load
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 

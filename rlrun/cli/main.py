@@ -27,7 +27,10 @@ from typing import NoReturn
 
 from omegaconf import OmegaConf
 
-from rlrun.cli.compose import (
+from rlrun.core.errors import RlrunError
+from rlrun.core.rundir import git_commit
+from rlrun.core.signals import exit_code
+from rlrun.lifecycle.compose import (
     CONF_DIR,
     SIGNATURE_GROUP,
     env_name,
@@ -36,9 +39,6 @@ from rlrun.cli.compose import (
     precheck,
     register_resolvers,
 )
-from rlrun.core.errors import RlrunError
-from rlrun.lifecycle.rundir import git_commit
-from rlrun.lifecycle.signals import exit_code
 
 
 def run_tags(hc, cfg=None) -> dict[str, str]:
@@ -48,7 +48,7 @@ def run_tags(hc, cfg=None) -> dict[str, str]:
     number, SLURM job."""
     from hydra.types import RunMode
 
-    from rlrun.lifecycle.confighash import config_hash
+    from rlrun.core.confighash import config_hash
 
     choices = hc.runtime.choices
     env_id = cfg.get("env", {}).get("id") if cfg is not None else None
@@ -97,7 +97,7 @@ def _task(cfg) -> None:
             with joined(cfg, run_dir) as (cfg, run_dir, world):
                 summary = train(cfg, run_dir, run_tags(hc, cfg))
         finally:  # a run that ended before making its logger leaves its worker unused
-            from rlrun.record.remote import discard_prestarted
+            from rlrun.loggers.remote import discard_prestarted
 
             discard_prestarted()
     except KeyboardInterrupt as stop:  # Ctrl-C pressed twice, or once before training started
@@ -109,7 +109,7 @@ def _task(cfg) -> None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if isinstance(err, OSError):  # a write outside checkpoint.atomic_write (a logger's file)
-            from rlrun.lifecycle.checkpoint import write_error
+            from rlrun.core.checkpoint import write_error
 
             failed = write_error(err, err.filename or run_dir)
             if failed is None:
@@ -117,7 +117,7 @@ def _task(cfg) -> None:
             err = failed
         print(f"rlrun: error: {err.render()}", file=sys.stderr)
         sys.exit(err.exit_code)
-    from rlrun.lifecycle.tracking import say
+    from rlrun.loggers.tracking import say
 
     ret = summary.get("eval/episode_return")
     code = exit_code(summary)
@@ -131,7 +131,7 @@ def _task(cfg) -> None:
             f"{'n/a' if ret is None else f'{ret:.2f}'}, {summary['wall_time_s']:.1f} s "
             f"-> {summary['run_dir']}")
     if summary["status"] == "diverged":
-        from rlrun.cli.load import CHECKPOINT
+        from rlrun.lifecycle.load import CHECKPOINT
 
         kept = Path(summary["run_dir"]) / CHECKPOINT
         # say what is true: a run that diverged before its first checkpoint has none to keep
@@ -143,13 +143,13 @@ def _task(cfg) -> None:
 
 
 def _prestart_tracker(cfg) -> None:
-    """Starts MLflow's worker process (``rlrun.record.remote``) for an ``mlflow`` logger node."""
+    """Starts MLflow's worker process (``rlrun.loggers.remote``) for an ``mlflow`` logger node."""
     try:
         logger = cfg.get("logger")
         node = OmegaConf.to_container(logger, resolve=True) if OmegaConf.is_dict(logger) else {}
     except Exception:  # an interpolation that fails: the run's validation reports it
         return
-    from rlrun.record.remote import prestart
+    from rlrun.loggers.remote import prestart
 
     prestart(node)
 
@@ -174,7 +174,7 @@ def _exit_promptly(code: int) -> NoReturn:
 
 def _interrupted(stop: KeyboardInterrupt, run_dir: Path | None = None) -> str:
     """The one line for a run stopped by Ctrl-C without its usual checkpoint-and-exit."""
-    from rlrun.lifecycle.signals import StopNow
+    from rlrun.core.signals import StopNow
 
     where = f" -> {run_dir}" if run_dir is not None else ""
     if isinstance(stop, StopNow):
@@ -232,7 +232,7 @@ def _main(argv: list[str], command: bool = False) -> int:
     if argv[:1] == ["list"]:
         return list_components(argv[1:])
     if argv[:1] == ["explain"]:
-        from rlrun.cli.explain import main as explain_main
+        from rlrun.lifecycle.explain import main as explain_main
 
         return explain_main(argv[1:])
     if argv[:1] in (["eval"], ["export"]):
@@ -241,7 +241,7 @@ def _main(argv: list[str], command: bool = False) -> int:
 
         return (eval_main if argv[0] == "eval" else export_main)(argv[1:])
     if argv[:1] == ["dataset"]:
-        from rlrun.datasets.cli import main as dataset_main
+        from rlrun.cli.dataset import main as dataset_main
 
         return dataset_main(argv[1:])
     if argv[:1] == ["report"]:
@@ -304,7 +304,7 @@ def _run_single(argv: list[str], beside: bool = False) -> int:
     from rlrun.cli.single import run_single
 
     if beside and _may_log_to_mlflow(argv):
-        from rlrun.record.remote import start_early
+        from rlrun.loggers.remote import start_early
 
         start_early()
     return run_single(argv, _task, precheck, _config_error, _run_hydra_main, _interrupted,
@@ -313,7 +313,7 @@ def _run_single(argv: list[str], beside: bool = False) -> int:
 
 def _may_log_to_mlflow(argv: list[str]) -> bool:
     """Whether the command line leaves the logger at the default (MLflow) or picks MLflow: its
-    worker is then worth starting before the config is composed (``rlrun.record.remote.start_early``;
+    worker is then worth starting before the config is composed (``rlrun.loggers.remote.start_early``;
     one the composed config does not use is ended)."""
     for arg in argv:
         key, _, value = arg.lstrip("+~").partition("=")

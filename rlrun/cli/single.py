@@ -3,7 +3,7 @@
 ``hydra.main`` composes a run's config three times (``precheck``'s check of the presets,
 ``Hydra.get_mode``, ``Hydra.run``: 1.1 s of a 1,024-frame run's start-up). ``run_single``
 does what ``hydra.main`` -> ``Hydra.run`` does with one Hydra instance and one compose,
-which ``rlrun.cli.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
+which ``rlrun.lifecycle.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
 keep Hydra's own path. The compose and its checks run in a forked process while this one
 imports torch (``rlrun.cli.beside``); a bad input ends the command there, before torch.
 """
@@ -67,7 +67,7 @@ def _compose(argv: list[str], task: Callable, precheck: Callable, config_error: 
     )
     from hydra.core.global_hydra import GlobalHydra
 
-    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.compose import CONF_DIR
 
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
     search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
@@ -93,7 +93,7 @@ def _run(cfg: Any, task_name: str, task: Callable, interrupted: Callable) -> int
     from hydra.core.utils import JobRuntime, configure_log, run_job, setup_globals
     from hydra.types import HydraContext
 
-    from rlrun.cli.compose import register_resolvers
+    from rlrun.lifecycle.compose import register_resolvers
 
     register_resolvers(signatures=False)  # the config's ${...}: composed elsewhere, resolved here
     setup_globals()  # Hydra's ${now:...} and ${hydra:...}, as its Hydra instance registers them

@@ -58,12 +58,12 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from rlrun.collectors.workers.limits import check_workers_fit
 from rlrun.collectors.workers.loop import SEED_STRIDE, _worker  # noqa: F401  (SEED_STRIDE: API)
 from rlrun.core.contracts import FrameSource
 from rlrun.core.errors import ConfigError, WorkerError  # noqa: F401  (WorkerError: this module's API too)
+from rlrun.core.limits import check_workers_fit
 from rlrun.core.registry import NonNegativeInt, PositiveFloat, PositiveInt, register
-from rlrun.lifecycle.signals import stop_signals_blocked
+from rlrun.core.signals import stop_signals_blocked
 
 ASYNC_SLOTS = 2
 

@@ -51,7 +51,7 @@ from rlrun.collectors.sync import SyncCollector
 from rlrun.collectors.workers.loop import SEED_STRIDE, policy_fn
 from rlrun.core.contracts import FrameSource
 from rlrun.core.errors import ConfigError, WorkerError
-from rlrun.lifecycle.signals import survive_stop_signals
+from rlrun.core.signals import survive_stop_signals
 
 _MISSING_FIX = "pip install 'rlrun[ray]' (ray 2.60), or use collector.backend=local"
 ADDRESS_KEY = "collector.ray_address"

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.collectors.workers.limits import available_memory
 from rlrun.core.agent_groups import check_agent_groups
 from rlrun.core.errors import ConfigError, did_you_mean
+from rlrun.core.limits import available_memory
 from rlrun.core.registry import (
     Footprint,
     Fraction,

@@ -19,6 +19,7 @@ replay buffer).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -185,7 +186,17 @@ class Source(Protocol):
         """Releases envs and worker processes; idempotent, and safe after an error."""
 
 
-Collector = Source  # the name hooks and tests knew it by
+# Old names kept importable for a while, with a deprecation line: one name per idea.
+_DEPRECATED = {"Collector": ("Source", "rlrun.core.contracts.Source")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new, where = _DEPRECATED[name]
+        warnings.warn(f"rlrun.core.contracts.{name} is deprecated: use {where} (the same protocol)",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FrameSource:
@@ -292,9 +303,12 @@ class OptimizerStep(Protocol):
 
 @runtime_checkable
 class Logger(Protocol):
-    """A tracker: parameters once, metrics per batch (step = frames), artifacts, a final status."""
+    """A tracker: parameters once, metrics per batch (step = frames), artifacts, a final status.
 
-    run_id: str | None
+    The one logger interface: rlrun's loggers (``rlrun.loggers``) subclass it and inherit its
+    do-nothing members; a third-party one may also just have the members."""
+
+    run_id: str | None = None
 
     def log_params(self, params: dict[str, Any]) -> None: ...
 
@@ -305,7 +319,9 @@ class Logger(Protocol):
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
     def commit(self, step: int) -> None:
-        """Everything logged up to ``step`` is covered by a checkpoint (journaled loggers send it)."""
+        """A checkpoint at ``step`` is written: what was logged up to it must now survive a kill
+        (a resumed run continues from there; rows past it are superseded and dropped; journaled
+        loggers send it)."""
 
     def finish(self, status: str = "FINISHED") -> None: ...
 

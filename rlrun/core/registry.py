@@ -111,7 +111,7 @@ BUILTIN_PACKAGES = ("rlrun.algos",)
 BUILTIN_MODULES = (
     "rlrun.collectors.sync", "rlrun.collectors.vmas", "rlrun.collectors.multiprocess",
     "rlrun.collectors.ray_actors", "rlrun.modules.exploration", "rlrun.collectors.dataset",
-    "rlrun.lifecycle.tracking", "rlrun.buffers.factory",
+    "rlrun.loggers.tracking", "rlrun.buffers.factory",
     "rlrun.envs.atari", "rlrun.envs.envpool", "rlrun.envs.gym", "rlrun.envs.vmas", "rlrun.launch.pruning",
     "rlrun.loggers.wandb", "rlrun.modules.cnn", "rlrun.modules.group_models", "rlrun.modules.models",
     "rlrun.trainer.hooks", "rlrun.trainer.optim",

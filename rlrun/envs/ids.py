@@ -1,5 +1,5 @@
 """gymnasium env ids checked without torch: the build (``rlrun.envs.gym``) and the command's
-precheck (``rlrun.cli.compose.check_env_id``, before torch is imported) give the same one line."""
+precheck (``rlrun.lifecycle.compose.check_env_id``, before torch is imported) give the same one line."""
 
 from __future__ import annotations
 

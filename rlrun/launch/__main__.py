@@ -58,8 +58,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _best(args: argparse.Namespace) -> int:
+    from rlrun.core.signals import exit_code
     from rlrun.launch.best import rerun_best
-    from rlrun.lifecycle.signals import exit_code
 
     summary = rerun_best(args.study_dir, args.overrides, args.seed, args.run_dir, args.dry_run,
                          args.trust_code)

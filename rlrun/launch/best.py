@@ -7,7 +7,7 @@ pruning hook, applies ``key=value`` overrides (a longer ``total_frames``,
 another ``seed``) and trains it in ``<sweep dir>/best/seed_<seed>``: rerunning
 the same command continues that run, as ``rlrun`` does.
 
-Both files are read as data (``rlrun.cli.load.check_loaded``): a sweep directory can come from
+Both files are read as data (``rlrun.lifecycle.load.check_loaded``): a sweep directory can come from
 elsewhere, so a ``_target_``, an interpolation or an env import in them is refused unless the
 user passes ``trust_code``.
 """
@@ -22,14 +22,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrun import __version__
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.rundir import git_commit
+from rlrun.core.rundir import git_commit
 
 _MISSING = object()
 
 
 def _load_yaml(path: Path, key: str, trust_code: bool) -> DictConfig:
     """A YAML mapping read as data: unreadable or code-running content is one ConfigError."""
-    from rlrun.cli.load import check_loaded
+    from rlrun.lifecycle.load import check_loaded
 
     try:
         cfg = OmegaConf.load(path)

@@ -4,7 +4,7 @@ submitit binds the warning signal (USR2, ``signal_delay_s`` before the time
 limit, or sent on preemption) to checkpoint-and-requeue, and only logs
 SIGTERM. rlrun's own handlers stop the loop after the current batch, write a
 checkpoint and then call the handler that was there before them
-(``rlrun.lifecycle.signals.chain_signal_handler``); this module decides what that handler
+(``rlrun.core.signals.chain_signal_handler``); this module decides what that handler
 is. Preemption that arrives as a bare SIGTERM must requeue too, but a SIGTERM
 from ``scancel`` must not: the job's state in SLURM tells them apart. The
 controller's own view (scontrol) is asked first: ``COMPLETING`` with no reason

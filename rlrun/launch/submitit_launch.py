@@ -37,8 +37,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf, open_dict
 
+from rlrun.core.signals import is_interrupt_code
 from rlrun.launch.status import FINAL_STATES, STATUS_FILE, now, read_status, update_status
-from rlrun.lifecycle.signals import is_interrupt_code
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class SubmititLauncher(BaseSubmititLauncher):
                  singleton_state: dict, status_file: str | None = None) -> JobReturn:
         import submitit
 
-        from rlrun.cli.compose import register_resolvers
+        from rlrun.lifecycle.compose import register_resolvers
 
         register_resolvers()
         self._requeueing = False  # this instance may come from a requeue's pickle

@@ -45,7 +45,7 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
         return mlflow_target(members[0], cwd) if members else None
     if logger.get("name") != "mlflow":
         return None
-    from rlrun.record.store import embedded_uri
+    from rlrun.loggers.store import embedded_uri
 
     root = Path(logger.get("root") or cwd or os.getcwd()).resolve()
     return {"tracking_uri": logger.get("tracking_uri") or embedded_uri(root),
@@ -54,14 +54,14 @@ def mlflow_target(logger: dict[str, Any] | None, cwd: str | Path | None = None) 
 
 def open_experiment(target: dict[str, str]) -> tuple[Any, str]:
     """An ``MlflowClient`` on the target's store and its experiment's id (both created if missing,
-    the artifacts where ``rlrun.lifecycle.tracking`` puts them)."""
+    the artifacts where ``rlrun.loggers.tracking`` puts them)."""
     from mlflow.tracking import MlflowClient
 
-    from rlrun.record.store import open_client, sqlite_path
+    from rlrun.loggers.store import open_client, sqlite_path
 
     uri = target["tracking_uri"]
     if uri.startswith(("http://", "https://")):  # a dead server fails in seconds, not MLflow's minutes
-        from rlrun.record.mlflow_logger import probe_server
+        from rlrun.loggers.mlflow_logger import probe_server
 
         probe_server(uri)
     db = sqlite_path(uri)

@@ -6,6 +6,7 @@ The run directory holds ``config.yaml`` (resolved), ``checkpoint.pt``,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
@@ -16,19 +17,19 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.cli.load import write_policy_file
+from rlrun.core import checkpoint
 from rlrun.core.config_schema import validate_sections
+from rlrun.core.confighash import SAFE_TO_CHANGE, matches
 from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build
+from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
+from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.distributed.sync import broadcast_state
-from rlrun.lifecycle import checkpoint
-from rlrun.lifecycle.build import build_run, resolve_device
-from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
-from rlrun.lifecycle.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
-from rlrun.lifecycle.signals import chain_signal_handler, install_stop_handlers, restore_handlers
-from rlrun.lifecycle.tracking import Progress, say
-from rlrun.record import pause_point
-from rlrun.record.mlflow_logger import ATTEMPT_TAG
+from rlrun.lifecycle.build import Run, build_run, resolve_device
+from rlrun.lifecycle.load import write_policy_file
+from rlrun.loggers import pause_point
+from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
+from rlrun.loggers.tracking import Progress, say
 from rlrun.trainer.builtins import Checkpointing, ProgressHook
 from rlrun.trainer.loop import Trainer
 
@@ -81,6 +82,8 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
 
 
 def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, Any]:
+    """The story of a run: plan the resume, build, restore, open the tracker, train, summarise;
+    everything opened is closed once, last opened first (the ``ExitStack``)."""
     device = resolve_device(cfg.device)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
@@ -90,127 +93,146 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     config_text = OmegaConf.to_yaml(cfg, resolve=True)
     resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)
     torch.manual_seed(cfg.seed)
-
-    run = build_run(cfg, run_dir, device)
-    broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
-    hooks, collector = run.hooks, run.collector
-    unit, total = run.budget.unit, run.budget.total
-    # progress in the budget's unit where the checkpoint left it (0: a fresh start)
-    done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
-    progress = Progress(total, done, cfg.progress, unit=unit)
-    stats = hooks["train_stats"]
-    writer = CheckpointWriter(cfg, run_dir, config_text)
-    hooks["progress"] = ProgressHook(progress, stats)
-    # last in config order: its save() logs the batch's metrics (progress included) first
-    hooks["checkpoint"] = Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))
-    try:
-        trainer = Trainer(collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
-                          run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
-                          provided=run.provided, budget=run.budget)
-        writer.bind(trainer)
-        if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
-            from rlrun.trainer.compiled import CompiledUpdate, compile_mode
-
-            trainer.compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
+    with contextlib.ExitStack() as closing:
+        run = build_run(cfg, run_dir, device)
+        broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
+        closing.callback(run.close)
+        closing.callback(run.collector.shutdown)
+        unit, total = run.budget.unit, run.budget.total
+        # progress in the budget's unit where the checkpoint left it (0: a fresh start)
+        done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
+        progress = Progress(total, done, cfg.progress, unit=unit)
+        closing.callback(progress.close)
+        writer = CheckpointWriter(cfg, run_dir, config_text)
+        trainer = _trainer(cfg, run, device, writer, progress)
         if state is not None:
             _restore(trainer, state, ckpt_path, resume["unsafe"])
-    except BaseException:
-        progress.close()
-        collector.shutdown()
-        run.close()
-        raise
-    # the step the loggers continue after (None: a fresh start); rows past it were superseded
-    resume_step = done if resume["continues"] else None
-    if state is not None:
-        if done >= total and (run_dir / "summary.json").exists():
-            say(f"[rlrun] {run_dir} already finished {done} {unit}; "
-                f"raise total_{unit} to train on, or use resume=false to start afresh")
+            if done >= total and (run_dir / "summary.json").exists():
+                return _already_finished(cfg, run_dir, resume, done, unit, closing)
+            _say_resuming(resume, state, ckpt_path, done, total, unit, run.buffer is not None)
+        trainer.logger = _open_logger(cfg, run_dir, tags, resume, done, writer, config_text)
+        status = "FAILED"
+        previous = install_stop_handlers(trainer)
+        try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
+            status = _train_logged(cfg, run_dir, run, trainer, writer, resume, config_text)
+        except KeyboardInterrupt:  # Ctrl-C twice (signals.StopNow): stopped at once, last checkpoint kept
+            status = "KILLED"
+            raise
+        finally:
+            restore_handlers(previous)
             progress.close()
-            collector.shutdown()
-            run.close()
-            summary = json.loads((run_dir / "summary.json").read_text())
-            if resume["run_id"] is not None and summary.get("status") == "finished":
-                # a kill between the summary and the tracker's finish() left it RUNNING: finish it
-                build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
-                      run_id=resume["run_id"], resumed=True, resume_step=done).finish("FINISHED")
-            return summary
-        say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
-              f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
-        if state.get("buffer") is None and run.buffer is not None:
-            say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
-                  "training continues with an empty one")
+            summary = _summarise(cfg, run_dir, run, trainer, writer, status)
+    if trainer.interrupted:
+        chain_signal_handler(previous, trainer.stop_signal)
+    return summary
 
+
+def _trainer(cfg: DictConfig, run: Run, device: torch.device, writer: CheckpointWriter,
+             progress: Progress) -> Trainer:
+    """The run's trainer, its lifecycle hooks added: progress, and the checkpoint last in config
+    order (its save() logs the batch's metrics, progress included, first)."""
+    hooks = {**run.hooks, "progress": ProgressHook(progress, run.hooks["train_stats"]),
+             "checkpoint": Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{run.budget.unit}"))}
+    compiled = None
+    if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+        from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+        compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
+    return Trainer(run.collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
+                   run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
+                   provided=run.provided, budget=run.budget, compiled=compiled)
+
+
+def _already_finished(cfg: DictConfig, run_dir: Path, resume: dict, done: int, unit: str,
+                      closing: contextlib.ExitStack) -> dict[str, Any]:
+    """The summary of a run that had finished; its tracker run finished if a kill left it RUNNING."""
+    say(f"[rlrun] {run_dir} already finished {done} {unit}; "
+        f"raise total_{unit} to train on, or use resume=false to start afresh")
+    closing.close()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if resume["run_id"] is not None and summary.get("status") == "finished":
+        # a kill between the summary and the tracker's finish() left it RUNNING: finish it
+        build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
+              run_id=resume["run_id"], resumed=True, resume_step=done).finish("FINISHED")
+    return summary
+
+
+def _say_resuming(resume: dict, state: dict, ckpt_path: Path | None, done: int, total: int, unit: str,
+                  has_buffer: bool) -> None:
+    say(f"[rlrun] resuming from {unit[:-1]} {done} of {total} "
+        f"({ckpt_path})" + "".join(f"\n[rlrun]   changed: {c}" for c in resume["changes"]))
+    if state.get("buffer") is None and has_buffer:
+        say("[rlrun] the checkpoint holds no replay buffer (checkpoint.buffer / max_buffer_mb): "
+            "training continues with an empty one")
+
+
+def _open_logger(cfg: DictConfig, run_dir: Path, tags: dict[str, str], resume: dict, done: int,
+                 writer: CheckpointWriter, config_text: str) -> Any:
+    """The run's tracker, continuing the run ``resume`` names (rows past ``done`` superseded)."""
     where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
     run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
                         ) or run_dir.name
     # Written before the tracker run can exist: a restart before the first checkpoint continues
     # the run tagged with this attempt_id (or with run_id) instead of orphaning it. The tracker may
-    # make its run while training starts (rlrun.record.remote): its id is added once known.
+    # make its run while training starts (rlrun.loggers.remote): its id is added once known.
     tracking = {"run_id": resume["run_id"], "attempt_id": resume["attempt_id"],
                 "config": _exact_config_hash(config_text)}
     write_tracking(run_dir, {**read_tracking(run_dir), **tracking})  # W&B's run id stays there
-    logger = build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
-                   resumed=resume["continues"],  # a fresh start sets old metric files aside
-                   resume_step=resume_step,
-                   tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
-                         ATTEMPT_TAG: resume["attempt_id"], **resume["tags"], **_paper_tags(cfg)})
-    trainer.logger = logger
     writer.tracking = tracking
+    return build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                 resumed=resume["continues"],  # a fresh start sets old metric files aside
+                 resume_step=done if resume["continues"] else None,
+                 tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
+                       ATTEMPT_TAG: resume["attempt_id"], **resume["tags"], **_paper_tags(cfg)})
 
-    status = "FAILED"
-    evaluation = hooks["evaluation"]
-    previous = install_stop_handlers(trainer)
-    try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
-        config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
-        if resume["run_id"] is None:
-            logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
-            logger.log_artifact(config_file)
-        elif resume["changes"]:
-            logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
-        trainer.train()
-        _ = logger.run_id  # a tracker that could not make its run fails the run here if not before
-        if trainer.diverged:
-            status = "DIVERGED"  # the last checkpoint stays the last finite one
-        else:
-            # Saved here, not in a hook, so that a signal landing after the checkpoint
-            # hook of the last batch still keeps that batch (else it is trained twice).
-            writer.save()
-            # the policy alone (config + weights), so that a remote tracking server holds the model
-            logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames,
-                                                config_text=config_text))
-            status = "KILLED" if trainer.interrupted else "FINISHED"
-    except KeyboardInterrupt:  # Ctrl-C pressed twice (signals.StopNow): stopped at once, last checkpoint kept
-        status = "KILLED"
-        raise
-    finally:
-        restore_handlers(previous)
-        progress.close()
-        summary = {
-            "status": {"KILLED": "interrupted"}.get(status, status.lower()),
-            "frames": trainer.frames, "total_frames": cfg.get("total_frames"),
-            **({"total_updates": total} if unit == "updates" else {}),
-            "stop_reason": trainer.stop_reason,
-            "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
-            **evaluation.last,
-            "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
-                                            if stats.recent_returns else None),
-            "mlflow_run_id": _run_id_or_none(logger), "run_dir": str(run_dir),
-        }
-        try:
-            writer.note_run_id(summary["mlflow_run_id"])
-            _write_json(run_dir / "summary.json", summary)
-            if status != "FAILED":
-                logger.log_artifact(run_dir / "summary.json")
-            if status == "DIVERGED":
-                logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
-        finally:  # even when a full disk fails the summary: the tracker run ends (never RUNNING
-            try:  # for ever) and worker processes are never left behind
-                logger.finish({"DIVERGED": "FAILED"}.get(status, status))
-            finally:
-                collector.shutdown()
-                run.close()
-    if trainer.interrupted:
-        chain_signal_handler(previous, trainer.stop_signal)
+
+def _train_logged(cfg: DictConfig, run_dir: Path, run: Run, trainer: Trainer, writer: CheckpointWriter,
+                  resume: dict, config_text: str) -> str:
+    """Logs the config, trains, saves the last checkpoint and the policy; returns the status."""
+    logger = trainer.logger
+    config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
+    if resume["run_id"] is None:
+        logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        logger.log_artifact(config_file)
+    elif resume["changes"]:
+        logger.set_tags({f"resume_change.{c.split(':')[0]}": c for c in resume["changes"]})
+    trainer.train()
+    _ = logger.run_id  # a tracker that could not make its run fails the run here if not before
+    if trainer.diverged:
+        return "DIVERGED"  # the last checkpoint stays the last finite one
+    # Saved here, not in a hook, so that a signal landing after the checkpoint
+    # hook of the last batch still keeps that batch (else it is trained twice).
+    writer.save(trainer)
+    # the policy alone (config + weights), so that a remote tracking server holds the model
+    logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames, config_text=config_text))
+    return "KILLED" if trainer.interrupted else "FINISHED"
+
+
+def _summarise(cfg: DictConfig, run_dir: Path, run: Run, trainer: Trainer, writer: CheckpointWriter,
+               status: str) -> dict[str, Any]:
+    """Writes ``summary.json`` and ends the tracker run with ``status``; returns the summary."""
+    logger, stats = trainer.logger, run.hooks["train_stats"]
+    summary = {
+        "status": {"KILLED": "interrupted"}.get(status, status.lower()),
+        "frames": trainer.frames, "total_frames": cfg.get("total_frames"),
+        **({"total_updates": run.budget.total} if run.budget.unit == "updates" else {}),
+        "stop_reason": trainer.stop_reason,
+        "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
+        **run.hooks["evaluation"].last,
+        "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
+                                        if stats.recent_returns else None),
+        "mlflow_run_id": _run_id_or_none(logger), "run_dir": str(run_dir),
+    }
+    try:
+        writer.note_run_id(summary["mlflow_run_id"])
+        _write_json(run_dir / "summary.json", summary)
+        if status != "FAILED":
+            logger.log_artifact(run_dir / "summary.json")
+        if status == "DIVERGED":
+            logger.set_tags({"status": "diverged", "diverged": trainer.diverged})
+    finally:  # even when a full disk fails the summary: the tracker run ends (never RUNNING for
+        # ever); the ExitStack then shuts the workers down
+        logger.finish({"DIVERGED": "FAILED"}.get(status, status))
     return summary
 
 
@@ -269,7 +291,7 @@ def _listed(changes: Iterable[tuple[str, Any, Any]]) -> list[str]:
 
 def _exact_config_hash(config_text: str) -> str:
     """Every key, seed included (``config_text``: the resolved config's YAML): re-attaching a killed
-    run needs the very same config (``rlrun.lifecycle.confighash`` leaves out the seed and logging
+    run needs the very same config (``rlrun.core.confighash`` leaves out the seed and logging
     keys, to group runs for reports)."""
     return hashlib.sha256(config_text.encode()).hexdigest()[:16]
 
@@ -310,7 +332,6 @@ class CheckpointWriter:
     def __init__(self, cfg: DictConfig, run_dir: Path, config_text: str | None = None):
         self.cfg, self.path = cfg, run_dir / CHECKPOINT
         self.config_text = config_text if config_text is not None else OmegaConf.to_yaml(cfg, resolve=True)
-        self.trainer: Trainer | None = None
         self.warned = False
         self.tracking: dict[str, Any] | None = None  # what tracking.json holds, once written
 
@@ -321,14 +342,9 @@ class CheckpointWriter:
             self.tracking["run_id"] = run_id
             write_tracking(self.path.parent, {**read_tracking(self.path.parent), **self.tracking})
 
-    def bind(self, trainer: Trainer) -> None:
-        """The trainer whose state it saves (built after the checkpoint hook that calls ``save``)."""
-        self.trainer = trainer
-
-    def save(self) -> None:
-        trainer, cfg = self.trainer, self.cfg
-        if trainer is None:
-            raise RuntimeError("CheckpointWriter.save before bind(trainer)")
+    def save(self, trainer: Trainer) -> None:
+        """Saves ``trainer``'s state (the checkpoint hook passes the trainer that calls it)."""
+        cfg = self.cfg
         # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
         # covers S's metrics: a run resumed from it neither lacks nor repeats them
         trainer.flush_metrics()

@@ -14,7 +14,7 @@ Where it goes: online when an API key is configured (``WANDB_API_KEY``, or
 Resuming: the W&B run id is kept in the run directory's ``tracking.json``
 (``wandb_run_id``), so a resumed rlrun run continues the same W&B run
 (``resume="allow"``). W&B keeps the first value logged at a step and drops a step
-lower than the run's last one, so metrics go through a journal (``rlrun.record.journal``)
+lower than the run's last one, so metrics go through a journal (``rlrun.loggers.journal``)
 and reach W&B once a checkpoint covers them: after a kill and resume every (metric, step)
 is there once, with the values of the attempt that continued, at most one checkpoint
 interval behind the run. Offline, each start writes its own ``offline-run-*`` folder with
@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from rlrun.core.contracts import Logger
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import register
-from rlrun.lifecycle.rundir import read_tracking, write_tracking
-from rlrun.lifecycle.tracking import Logger, say
-from rlrun.record.journal import JournaledLogger
+from rlrun.core.rundir import read_tracking, write_tracking
+from rlrun.loggers.journal import JournaledLogger
+from rlrun.loggers.tracking import say
 
 TRACKING_KEY = "wandb_run_id"
 """Key of ``tracking.json`` holding the W&B run id (``run_id`` there is the primary tracker's)."""
@@ -224,7 +225,7 @@ def make_wandb(run_dir: Path, run_name: str, project: str = "rlrun", entity: str
     """Weights & Biases: online with an API key, else offline (``wandb sync`` uploads it later).
 
     Metrics reach W&B through ``<run_dir>/wandb.journal`` once a checkpoint covers them
-    (``rlrun.record.journal``): W&B keeps the first value logged at a step and drops steps below
+    (``rlrun.loggers.journal``): W&B keeps the first value logged at a step and drops steps below
     its last one, so a killed attempt's rows past its checkpoint must never reach it; and a
     SIGKILL takes W&B's unflushed records with it, so a resumed run sends the rows up to its
     checkpoint again (W&B drops the ones it has).

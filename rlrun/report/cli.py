@@ -106,7 +106,7 @@ def check_group_keys(runs, keys: list[str]) -> None:
 
 def launch_hint(table: str) -> str:
     """How to launch a paper table's runs, as commands that work; empty without shipped configs."""
-    from rlrun.cli.compose import config_groups
+    from rlrun.lifecycle.compose import config_groups
 
     cells = [o.split("/", 1)[1] for o in config_groups().get("paper", []) if o.startswith(f"{table}/")]
     if not cells:

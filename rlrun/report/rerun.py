@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from rlrun.lifecycle.confighash import config_hash
+from rlrun.core.confighash import config_hash
 
 SKIP = ("logger", "progress", "resume", "resume_allow_changes", "dataset_root", "hydra")
 """Params that say where and how a run was logged or resumed, not what it ran."""
@@ -47,7 +47,7 @@ def paper_presets() -> dict[tuple[str, str, str], str]:
     """``(paper.table, paper.algo, paper.env)`` -> the shipped preset name (``table1/ppo_hopper``)."""
     import yaml
 
-    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.compose import CONF_DIR
 
     out = {}
     for path in sorted((CONF_DIR / "paper").glob("*/*.yaml")):
@@ -58,7 +58,7 @@ def paper_presets() -> dict[tuple[str, str, str], str]:
 
 
 def _preset_exists(group: str, name: str | None) -> bool:
-    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.compose import CONF_DIR
 
     return bool(name) and _PLAIN.fullmatch(name) is not None and (CONF_DIR / group / f"{name}.yaml").is_file()
 
@@ -76,7 +76,7 @@ def base_overrides(params: dict[str, str], tags: dict[str, str]) -> list[str]:
 def _composed(base: tuple[str, ...]) -> dict[str, str]:
     from omegaconf import OmegaConf
 
-    from rlrun.cli.explain import compose_config
+    from rlrun.lifecycle.explain import compose_config
     from rlrun.lifecycle.run import flatten
 
     cfg = compose_config(list(base))

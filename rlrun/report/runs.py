@@ -15,8 +15,8 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
+from rlrun.core.confighash import NOT_CONFIG, config_hash, experiment_params  # noqa: F401 (re-exported)
 from rlrun.core.errors import RlrunError
-from rlrun.lifecycle.confighash import NOT_CONFIG, config_hash, experiment_params  # noqa: F401 (re-exported)
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

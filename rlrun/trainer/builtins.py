@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
-from rlrun.lifecycle.tracking import Progress
+from rlrun.loggers.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import (
     DatasetSamples,
@@ -123,14 +123,14 @@ class Checkpointing(Hook):
 
     after = ("evaluation",)  # the saved evaluation schedule is the one after this batch's
 
-    def __init__(self, save: Callable[[], None], interval: int):
+    def __init__(self, save: Callable[[Any], None], interval: int):
         self.save, self.interval = save, interval
         self.every = {"post_steps_log": Every(interval)}  # the trainer's dispatch filters
 
     def post_steps_log(self, trainer, batch) -> None:
         # the loop's last batch is saved by train() right after the loop: not twice
         if not trainer.done and not trainer.stop_reason and not trainer.diverged:
-            self.save()
+            self.save(trainer)
 
 
 class ProgressHook(Hook):

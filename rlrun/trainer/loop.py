@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from tensordict import TensorDict
 from torch import nn
 
+from rlrun.core.checkpoint import rng_state, set_rng_state
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
-from rlrun.lifecycle.checkpoint import rng_state, set_rng_state
 from rlrun.trainer.hooks import HOOK_POINTS, Hook, dispatch
 from rlrun.trainer.wiring import plan
 
@@ -76,16 +76,15 @@ class Trainer:
             ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
 
-    # compile=true: the compiled loss call and optimiser step (rlrun.trainer.compiled), set after building
-    compiled: CompiledUpdate | None = None
-
     def __init__(self, collector: Source, loss: LossModule, optimizer: OptimizerStep, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
                  learning_starts: int = 0, buffer: Buffer | None = None, logger: Logger | None = None,
                  policy: nn.Module | None = None, provided: set[str] | None = None,
-                 budget: Budget | None = None):
+                 budget: Budget | None = None, compiled: CompiledUpdate | None = None):
         self.collector, self.loss, self.optimizer, self.policy = collector, loss, optimizer, policy
         self.buffer, self.logger, self.hooks = buffer, logger, hooks
+        # compile=true: the compiled loss call and optimiser step (rlrun.trainer.compiled)
+        self.compiled = compiled
         self.epochs_per_batch, self.optim_steps_per_epoch = epochs_per_batch, optim_steps_per_epoch
         self.learning_starts = learning_starts
         self.budget = budget if budget is not None else Budget("frames", collector.total_frames)
@@ -161,7 +160,7 @@ class Trainer:
                 break
 
     def state_dict(self, keep_buffer: bool = True) -> dict[str, Any]:
-        """The run's state: counters, the policy (its own key, what ``rlrun.cli.load`` loads), the
+        """The run's state: counters, the policy (its own key, what ``rlrun.lifecycle.load`` loads), the
         loss, optimiser, source, buffer (unless ``keep_buffer`` is False), exploration, every
         hook's state and the global RNGs. ``load_state_dict`` puts it back."""
         policy = self.policy

@@ -42,7 +42,7 @@ def preset(name: str) -> dict:
     """``conf/loss/<name>.yaml`` as composed: its signature node (every option) and its own values."""
     from hydra import compose, initialize_config_dir
 
-    from rlrun.cli.compose import CONF_DIR, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -223,7 +223,7 @@ def test_help_lists_the_groups_a_user_picks_not_the_signatures(tmp_path, capsys)
 
 
 def test_long_override_lists_get_a_short_stable_run_directory():
-    from rlrun.cli.compose import _run_name
+    from rlrun.lifecycle.compose import _run_name
 
     long = ",".join(f"key{i}.option={i}" for i in range(40))
     name = _run_name(long)
@@ -232,8 +232,8 @@ def test_long_override_lists_get_a_short_stable_run_directory():
 
 
 def test_precheck_accepts_sweeps_and_globs_and_checks_each_choice():
-    from rlrun.cli.compose import precheck
     from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.compose import precheck
 
     precheck(["-m", "algo=ppo,a2c", "env=cartpole", "seed=0,1,2"])
     precheck(["-m", "+paper=glob(table1/sac_*)", "seed=0,1"])

@@ -39,7 +39,7 @@ def test_unknown_env_id_is_found_before_torch(tmp_path):
 
 
 def test_an_mlflow_run_keeps_mlflow_in_its_worker_process(tmp_path):
-    """MLflow's import and store opening run in rlrun.record.remote's process, beside the build;
+    """MLflow's import and store opening run in rlrun.loggers.remote's process, beside the build;
     the run's metrics, params, artifacts and status reach the store all the same."""
     check = textwrap.dedent(f'''
         import json, sys

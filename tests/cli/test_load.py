@@ -14,7 +14,7 @@ from cli_utils import only_run_dir, run_cli, summary_of
 from mlflow.tracking import MlflowClient
 
 import rlrun
-from rlrun.lifecycle.rundir import RunLock
+from rlrun.core.rundir import RunLock
 
 PPO_TINY = ["total_frames=2048", "collector.frames_per_batch=512", "eval.episodes=3"]
 

@@ -24,7 +24,7 @@ from process_utils import descendants, running, wait_gone  # noqa: F401
 
 from rlrun.collectors.multiprocess import SEED_STRIDE, MultiCollector, WorkerError
 from rlrun.collectors.sync import SyncCollector
-from rlrun.core.contracts import Collector
+from rlrun.core.contracts import Source
 from rlrun.core.errors import ConfigError
 from rlrun.envs.gym import GymVecEnv
 from rlrun.modules.networks import Actor, mlp
@@ -64,7 +64,7 @@ def rows_are_consistent(td) -> None:
 def test_multi_sync_batches_layout_consistency_and_exact_frames():
     with MultiCollector(counter_env, BiasPolicy((0.0, 1.0)), frames_per_batch=40, total_frames=98,
                         workers=2, method="forward") as coll:
-        assert isinstance(coll, Collector)
+        assert isinstance(coll, Source)
         batches = list(coll)
         assert coll.frames == coll.total_frames == 100  # rounded up to workers x num_envs = 4
     assert [b.batch_size for b in batches] == [torch.Size([4, 10])] * 2 + [torch.Size([4, 5])]
@@ -386,7 +386,7 @@ def test_every_numeric_option_of_every_collector_declares_its_range():
 
 
 def test_the_worker_bound_follows_this_machine_and_a_cluster_is_not_bounded_by_it(monkeypatch):
-    from rlrun.collectors.workers import limits
+    from rlrun.core import limits
     from rlrun.core.config_schema import check_component
 
     monkeypatch.setattr(limits, "available_memory", lambda: int(4e9))
@@ -414,7 +414,7 @@ def test_the_worker_bound_follows_this_machine_and_a_cluster_is_not_bounded_by_i
 @linux_only
 def test_a_worker_uses_at_least_the_memory_the_worker_bound_assumes():
     """The bound's per-worker figure is a lower bound: a CartPole worker (as measured) holds it."""
-    from rlrun.collectors.workers.limits import COSTS
+    from rlrun.core.limits import COSTS
 
     with MultiCollector(functools.partial(GymVecEnv, "CartPole-v1", 8), BiasPolicy(), 512, 10**9,
                         workers=1, method="forward") as coll:

@@ -6,7 +6,7 @@
 Composes every algo x env pair, every ``+paper=`` preset and every component preset on PPO and
 SAC (what a command line composes, ``hydra`` section left out), and writes each config unresolved
 and resolved, or the composition error. Two files compare type-exactly (``1`` is not ``1.0``), so
-equal files mean equal config hashes (``rlrun.lifecycle.confighash``) and equal runs. Run both
+equal files mean equal config hashes (``rlrun.core.confighash``) and equal runs. Run both
 from the same directory (``${hydra:runtime.cwd}`` resolves to it). Not a test: it takes minutes.
 """
 
@@ -34,7 +34,7 @@ def compose_all() -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from rlrun.cli.compose import CONF_DIR, config_groups, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, config_groups, register_resolvers
 
     register_resolvers()
     out: dict[str, Any] = {}

@@ -9,13 +9,13 @@ import torch
 from dataset_fakes import random_dataset
 from omegaconf import OmegaConf
 
-from rlrun.cli.compose import CONF_DIR, config_groups, register_resolvers
-from rlrun.cli.explain import compose_config
 from rlrun.core import registry
 from rlrun.core.agent_groups import algos_for
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.registry import check_kwargs, lookup
 from rlrun.lifecycle.build import build_run
+from rlrun.lifecycle.compose import CONF_DIR, config_groups, register_resolvers
+from rlrun.lifecycle.explain import compose_config
 from rlrun.trainer.loop import Trainer
 
 GROUPS = config_groups()
@@ -120,7 +120,7 @@ def stated(node) -> dict:
                          [(g, o) for g, opts in GROUPS.items() for o in opts if g in COMPONENT_GROUPS])
 def test_a_default_has_one_home_the_factorys_signature(group, option):
     """A preset names its component, starts from its factory's keyword defaults (the signature node
-    ``rlrun.cli.compose`` stores from ``rlrun.core.component_index``) and states only what it sets
+    ``rlrun.lifecycle.compose`` stores from ``rlrun.core.component_index``) and states only what it sets
     differently. One that does not start from it (it leaves out an option the signature node holds,
     which would change its runs' configs) must at least agree with the factory where it restates."""
     from rlrun.core.component_index import keyword_defaults

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from cli_utils import only_run_dir, run_cli, summary_of
 
-from rlrun.cli.compose import CONF_DIR
+from rlrun.lifecycle.compose import CONF_DIR
 
 pytest.importorskip("vmas")
 

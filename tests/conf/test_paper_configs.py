@@ -10,7 +10,7 @@ import pytest
 import yaml
 from cli_utils import only_run_dir, run_cli, summary_of
 
-from rlrun.cli.compose import CONF_DIR
+from rlrun.lifecycle.compose import CONF_DIR
 
 PAPER = sorted(p.stem for p in (CONF_DIR / "paper" / "table1").glob("*.yaml"))
 ATARI = {"pong", "freeway", "boxing", "breakout"}

@@ -11,7 +11,7 @@ import torch
 import yaml
 from cli_utils import only_run_dir, run_cli, summary_of
 
-from rlrun.cli.compose import CONF_DIR
+from rlrun.lifecycle.compose import CONF_DIR
 
 TABLE2 = CONF_DIR / "paper" / "table2"
 PAPER = sorted(p.stem for p in TABLE2.glob("*.yaml"))

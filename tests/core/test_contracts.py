@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rlrun
-from rlrun.core.contracts import Buffer, Collector, Logger, Loss
+from rlrun.core.contracts import Buffer, Logger, Loss, Source
 from rlrun.core.registry import build, entries
 
 PACKAGE = Path(rlrun.__file__).parent
@@ -47,7 +47,7 @@ ALLOWED_PRIVATE = {
                           ("m", ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                  "_backward_pre_hooks")))
        for hooks in kinds},
-    ("record/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
+    ("loggers/remote_worker.py", "os._exit"): "public: the worker ends without the teardown",
     ("cli/beside.py", "os._exit"): "public: the composing child ends without the parent's atexit "
                                    "handlers; the parent ends mid-import with the child's exit code",
     ("modules/cnn.py", "obs._version"): "a tensor's in-place version counter (torch has no public one)",
@@ -56,7 +56,7 @@ ALLOWED_PRIVATE = {
     ("launch/signals.py", "JobEnvironment._usr_sig"): "submitit's signal handler, which it replaces",
     ("launch/submitit_launch.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("launch/sweeper.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
-    ("record/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
+    ("loggers/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
     ("core/dynamo_lazy.py", "fn.__dynamo_disable"): "torch's cache of its Dynamo wrapper, pre-filled so that "
                                                  "optimisers do not import torch._dynamo",
     ("core/dynamo_lazy.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
@@ -134,14 +134,14 @@ def test_built_components_meet_their_protocols(tmp_path, make_counter_env):
     collector = SyncCollector(env, lambda o: {"action": torch.zeros(2, dtype=torch.long)}, 4, 8)
     buffer = build("buffer", {"name": "replay", "capacity": 8, "batch_size": 2})
     logger = build("logger", {"name": "csv"}, run_dir=tmp_path)
-    assert isinstance(collector, Collector) and isinstance(buffer, Buffer) and isinstance(logger, Logger)
+    assert isinstance(collector, Source) and isinstance(buffer, Buffer) and isinstance(logger, Logger)
     logger.finish()
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c", "sac", "td3", "ddpg", "dqn"])
 def test_loss_and_evaluation_share_one_policy_object(name, tmp_path):
-    from rlrun.cli.explain import compose_config
     from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.explain import compose_config
 
     env = "cartpole" if name in ("ppo", "a2c", "dqn") else "pendulum"
     cfg = compose_config([f"algo={name}", f"env={env}", "eval.episodes=1", "buffer.capacity=null"
@@ -206,7 +206,7 @@ def test_a_plugin_missing_a_protocol_member_fails_when_built_with_the_member_nam
         build("collector", {"name": "test_partial"}, key="collector")
     assert err.value.key == "collector"
     assert "Partial lacks budget_unit, sampled_buffer" in str(err.value) and "Source" in str(err.value)
-    assert isinstance(build("collector", {"name": "test_complete"}), Collector)
+    assert isinstance(build("collector", {"name": "test_complete"}), Source)
 
 
 def test_every_source_meets_the_source_protocol():
@@ -222,3 +222,12 @@ def test_every_source_meets_the_source_protocol():
         instance_set = {"frames", "total_frames", "policy_version"}  # set in __init__
         missing = set(protocol_members(Source)) - declared - instance_set
         assert not missing, (cls.__name__, missing)
+
+
+def test_the_old_collector_name_still_imports_with_a_deprecation_line():
+    import rlrun.core.contracts as contracts
+
+    with pytest.warns(DeprecationWarning, match="use rlrun.core.contracts.Source"):
+        assert contracts.Collector is Source
+    with pytest.raises(AttributeError):
+        _ = contracts.Nope

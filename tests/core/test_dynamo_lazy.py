@@ -8,7 +8,7 @@ import textwrap
 
 CHECK = textwrap.dedent('''
     import sys
-    import rlrun.cli.main, rlrun.lifecycle.run, rlrun.lifecycle.tracking  # core modules
+    import rlrun.cli.main, rlrun.lifecycle.run, rlrun.loggers.tracking  # core modules
     import rlrun.collectors.sync, rlrun.report.runs
     import tensordict
     assert "tensordict" in sys.modules

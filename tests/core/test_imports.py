@@ -107,6 +107,59 @@ def test_the_import_graph_has_no_circles():
     assert not _cycles(graph), _cycles(graph)
 
 
+# The package layers, lowest first: a package imports only from layers below its own (lazy imports
+# inside functions and TYPE_CHECKING imports included). The floor (checkpoint I/O, run dir, signals,
+# config hash, limits) lives in core; a run's assembly (compose, build, load, run) in lifecycle.
+LAYERS = (
+    ("core",),
+    ("objectives", "loggers", "envs", "buffers", "modules", "datasets", "distributed"),
+    ("collectors", "trainer"),
+    ("algos",),
+    ("lifecycle",),
+    ("launch",),
+    ("report",),
+    ("cli",),
+    ("benchmarks",),
+)
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """rlrun's sub-packages and which others each imports (the root modules left out: they sit on top)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for m, p in mods.items():
+        parts = m.split(".")
+        if len(parts) < 2 or (PACKAGE / f"{parts[1]}.py").exists():
+            continue
+        deps = graph.setdefault(parts[1], set())
+        for d in _imports(m, p, set(mods)):
+            dp = d.split(".")
+            if len(dp) > 1 and dp[1] != parts[1] and not (PACKAGE / f"{dp[1]}.py").exists():
+                deps.add(dp[1])
+    return graph
+
+
+def _upward(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    rank = {pkg: i for i, layer in enumerate(layers) for pkg in layer}
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                  if a not in rank or b not in rank or rank[b] >= rank[a])
+
+
+def test_the_package_graph_has_no_circles_and_points_down():
+    graph = _package_graph()
+    assert "trainer" in graph["lifecycle"]  # the graph sees package imports at all
+    assert set(graph) == {pkg for layer in LAYERS for pkg in layer}, "a package missing from LAYERS"
+    assert not _cycles(graph), _cycles(graph)
+    assert not _upward(graph, LAYERS), _upward(graph, LAYERS)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"core": {"trainer"}, "trainer": {"core"}, "cli": {"trainer"}}
+    layers = (("core",), ("trainer",), ("cli",))
+    assert _upward(graph, layers) == ["core -> trainer"]
+    assert _cycles(graph) == [["core", "trainer"]]
+
+
 def test_the_circle_check_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -11,7 +11,7 @@ from dataset_fakes import verify_checksum
 from offline_data import pendulum_medium_replay  # noqa: F401  (the session fixture)
 
 from rlrun.cli.main import main
-from rlrun.datasets.make import buffer_episodes
+from rlrun.cli.make_dataset import buffer_episodes
 from rlrun.datasets.minari_format import read_metadata
 
 minari = pytest.importorskip("minari")
@@ -115,7 +115,7 @@ def test_list_of_an_empty_root_says_how_to_make_one(tmp_path, capsys):
 def test_rollout_episodes_share_out_whole_episodes_with_their_final_observation():
     from fake_env import COUNTER_BOX_ID
 
-    from rlrun.datasets.make import rollout_episodes
+    from rlrun.cli.make_dataset import rollout_episodes
 
     def policy(obs):
         return np.full((len(obs), 1), 0.5, np.float32)
@@ -146,8 +146,8 @@ def test_an_offline_run_reads_the_actions_the_sac_run_took(pendulum_medium_repla
     """The dataset stores Pendulum's torques in [-2, 2]; the loop's loader gives the policy's [-1, 1]
     back: exactly the actions in the SAC run's replay buffer (one env: buffer order is episode order)."""
     from rlrun.collectors.dataset import load_dataset
+    from rlrun.core.checkpoint import load
     from rlrun.core.specs import EnvSpec
-    from rlrun.lifecycle.checkpoint import load
 
     made = pendulum_medium_replay
     data = load_dataset(made.dataset_id, str(made.root), EnvSpec((3,), np.dtype(np.float32), False, 1))

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from cli_utils import run_cli, summary_of
 
-from rlrun.cli.compose import env_name
+from rlrun.lifecycle.compose import env_name
 
 PACKAGE = "rlrun_test_corridor"
 CORRIDOR = textwrap.dedent('''
@@ -102,7 +102,7 @@ def test_presets_keep_their_name_and_ids_drop_the_module():
 
 
 def test_the_env_package_recorded_for_builtin_ids():
-    from rlrun.cli.compose import env_package
+    from rlrun.lifecycle.compose import env_package
 
     assert env_package("HalfCheetah-v5") == "mujoco"
     assert env_package("CartPole-v1") is None  # gymnasium itself, recorded anyway

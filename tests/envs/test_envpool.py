@@ -228,7 +228,7 @@ def test_a_ppo_run_on_envpool_trains_evaluates_and_loads(tmp_path, capsys):
     """Collector, evaluator and checkpoint on EnvPool; ``rlrun.load`` maps actions through gymnasium."""
     from cli_utils import only_run_dir, run_cli, summary_of
 
-    from rlrun.cli.load import load
+    from rlrun.lifecycle.load import load
 
     args = ["env=hopper", "env.backend=envpool", "env.num_envs=2", "total_frames=256",
             "collector.frames_per_batch=128", "buffer.batch_size=64", "eval.episodes=2", "eval.max_envs=2",

@@ -9,7 +9,7 @@ Tests that learn from it (IQL, CQL, DT) request the fixture::
         ... dataset=pendulum_medium_replay.dataset_id ...
 
 The dataset is the replay buffer of a small SAC run on Pendulum-v1 (seed 0) until its
-evaluation return reaches -800 (``rlrun.datasets.make.RECIPES``): about 3000 steps, 15
+evaluation return reaches -800 (``rlrun.cli.make_dataset.RECIPES``): about 3000 steps, 15
 episodes, returns from about -1800 to -850; ~20 s of CPU.
 """
 
@@ -34,7 +34,7 @@ class MadeDataset:
 
 def make_pendulum_medium_replay(where: Path, seed: int = 0) -> MadeDataset:
     """Runs ``rlrun dataset make env=pendulum kind=medium-replay`` into ``where/datasets``."""
-    from rlrun.datasets.make import make
+    from rlrun.cli.make_dataset import make
 
     root, run_dir = where / "datasets", where / "sac-run"
     make(["env=pendulum", "kind=medium-replay", f"seed={seed}", f"root={root}", f"run_dir={run_dir}",

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from rlrun.lifecycle import checkpoint
+from rlrun.core import checkpoint
 from rlrun.trainer.hooks import Hook
 from rlrun.trainer.loop import Trainer
 
@@ -214,7 +214,7 @@ def composed(*overrides: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlrun.cli.compose import CONF_DIR, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

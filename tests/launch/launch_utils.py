@@ -18,7 +18,7 @@ SLURM_SMALL = ["hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", "hyd
 # a job a test cancels: hours of training, so that it cannot finish first on any machine (100,000
 # frames took 12 s; CI once saw such a job COMPLETED before its scancel, which then did nothing)
 UNENDING = "total_frames=1000000000"
-# a job a test stops and resumes: each checkpoint waits 0.3 s (rlrun.record.pause_point), so that
+# a job a test stops and resumes: each checkpoint waits 0.3 s (rlrun.loggers.pause_point), so that
 # the rest of the run outlasts the test's 0.5 s polls however fast the machine trains
 SLOWED = {"RLRUN_TEST_PAUSE_AT": "checkpoint_write", "RLRUN_TEST_PAUSE_S": "0.3"}
 

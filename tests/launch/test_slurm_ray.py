@@ -9,8 +9,8 @@ import yaml
 from hydra_plugins.rlrun_launch.plugins import SlurmRayLauncher
 from omegaconf import OmegaConf
 
-from rlrun.cli.compose import CONF_DIR
 from rlrun.launch import slurm_ray
+from rlrun.lifecycle.compose import CONF_DIR
 
 
 def preset(**changes) -> dict:
@@ -59,8 +59,8 @@ def test_the_run_gets_the_ray_backend_and_the_head_address_in_place_of_its_own()
 
 def test_the_run_directory_does_not_depend_on_where_ray_runs():
     """A requeued allocation may get another first node: the run must find its directory again."""
-    from rlrun.cli.compose import _run_name_excluded
-    from rlrun.lifecycle.confighash import SAFE_TO_CHANGE, matches
+    from rlrun.core.confighash import SAFE_TO_CHANGE, matches
+    from rlrun.lifecycle.compose import _run_name_excluded
 
     overrides = ["+paper=table1/impala_pong", "collector.backend=ray", "collector.ray_address=node01:6379",
                  "env.num_envs=8", "algo=impala"]

@@ -13,7 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from launch_utils import FAST, mlflow_runs, read_json
 from omegaconf import OmegaConf
 
-from rlrun.cli.compose import CONF_DIR, register_resolvers
+from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
 SWEEPS = Path(str(files("rlrun.sweeps")))
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from rlrun.core import checkpoint
+from rlrun.core.checkpoint import FORMAT_VERSION, load, rng_state, save, set_rng_state
 from rlrun.core.errors import CheckpointError
-from rlrun.lifecycle import checkpoint
-from rlrun.lifecycle.checkpoint import FORMAT_VERSION, load, rng_state, save, set_rng_state
 
 
 def test_save_then_load_round_trips_tensors_and_containers(tmp_path):
@@ -203,7 +203,7 @@ def test_checkpoint_error_texts(tmp_path):
 
 
 def test_error_reason_keeps_the_reason_and_drops_the_advice():
-    from rlrun.lifecycle.checkpoint import error_reason
+    from rlrun.core.checkpoint import error_reason
 
     unpickler = RuntimeError("Weights only load failed. Re-running with weights_only=False will run code.\n"
                              "WeightsUnpickler error: Unsupported global: GLOBAL pathlib.Path was not an "

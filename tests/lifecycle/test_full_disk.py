@@ -21,8 +21,8 @@ import pytest
 import torch
 from cli_utils import summary_of
 
-from rlrun.lifecycle import checkpoint
-from rlrun.lifecycle.checkpoint import WriteError, atomic_write_text, write_error
+from rlrun.core import checkpoint
+from rlrun.core.checkpoint import WriteError, atomic_write_text, write_error
 
 LIMITED = textwrap.dedent("""
     import resource, signal, sys
@@ -62,7 +62,7 @@ def test_atomic_writes_under_a_real_file_size_limit_keep_the_old_file_and_no_tem
     code = """
         import json, torch
         from pathlib import Path
-        from rlrun.lifecycle import checkpoint
+        from rlrun.core import checkpoint
         out = {}
         checkpoint.save({"frames": 1, "w": torch.zeros(10)}, "checkpoint.pt")
         checkpoint.atomic_write_text("summary.json", '{"frames": 1}')
@@ -217,7 +217,7 @@ def test_an_os_error_of_a_logger_file_is_one_message_naming_the_run_directory(tm
     the CLI's own mapping: the same one message, not a traceback."""
     from cli_utils import run_cli
 
-    from rlrun.lifecycle.tracking import CSVLogger
+    from rlrun.loggers.tracking import CSVLogger
 
     def full(self, metrics, step):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -7,7 +7,7 @@ Kills land while the embedded MLflow store is being created (first runs in a fre
 directory, mid-schema and just before it is moved into place), while checkpoints are
 written, between a checkpoint and the journal's send, between that send and the journal's
 update, and at random moments near checkpoints. The exact points come from the test hook
-``RLRUN_TEST_PAUSE_AT`` (``rlrun.record.pause_point``): the process announces each point on
+``RLRUN_TEST_PAUSE_AT`` (``rlrun.loggers.pause_point``): the process announces each point on
 stderr and, with ``RLRUN_TEST_PAUSE_S`` > 0, waits there to be killed.
 
 Bounded in time: 4 kills in sequence during store creation, then 4 run directories side

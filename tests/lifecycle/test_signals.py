@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_utils import only_run_dir, spawn, summary_of
 
-from rlrun.lifecycle import signals
+from rlrun.core import signals
 
 ARGS = ["total_frames=30720", "collector.frames_per_batch=512", "checkpoint.interval_frames=1024",
         "eval.interval_frames=0", "eval.episodes=1", "logger=csv", "progress=false"]

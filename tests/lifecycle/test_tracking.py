@@ -15,7 +15,7 @@ import pytest
 from cli_utils import run_cli, spawn
 from process_utils import descendants, wait_gone
 
-from rlrun.lifecycle.tracking import CSVLogger
+from rlrun.loggers.tracking import CSVLogger
 
 FAST = ["total_frames=512", "collector.frames_per_batch=256", "eval.episodes=1", "eval.interval_frames=0",
         "logger=csv", "progress=false"]
@@ -96,7 +96,7 @@ def _store_with(tmp_path, runs: int):
     """A store at ``tmp_path/mlflow.db`` that this process has not opened (MLflow caches open stores)."""
     import shutil
 
-    from rlrun.record.store import open_client
+    from rlrun.loggers.store import open_client
 
     made = tmp_path / "made" / "mlflow.db"
     client = open_client(made)
@@ -119,7 +119,7 @@ def _half_made(db) -> None:
 
 
 def test_a_half_made_store_without_runs_is_set_aside_and_made_anew(tmp_path, capsys):
-    from rlrun.lifecycle.tracking import make_mlflow
+    from rlrun.loggers.tracking import make_mlflow
 
     db = _store_with(tmp_path, runs=0)
     _half_made(db)
@@ -137,7 +137,7 @@ def test_a_half_made_store_without_runs_is_set_aside_and_made_anew(tmp_path, cap
 
 def test_a_store_with_runs_that_cannot_be_opened_is_left_alone_with_one_line(tmp_path):
     from rlrun.core.errors import ConfigError
-    from rlrun.lifecycle.tracking import make_mlflow
+    from rlrun.loggers.tracking import make_mlflow
 
     db = _store_with(tmp_path, runs=1)
     _half_made(db)
@@ -162,7 +162,7 @@ def test_a_damaged_store_says_so_in_one_line_and_how_to_recover(tmp_path, capsys
 
 
 def test_a_failure_before_training_leaves_the_tracker_run_failed_not_running(tmp_path, capsys, monkeypatch):
-    from rlrun.lifecycle import checkpoint
+    from rlrun.core import checkpoint
 
     write = checkpoint.atomic_write_text
 
@@ -184,7 +184,7 @@ def test_a_failure_before_training_leaves_the_tracker_run_failed_not_running(tmp
 
 def _remote_workers() -> set[int]:
     return {pid for pid in descendants(os.getpid())
-            if b"rlrun.record.remote_worker" in _cmdline(pid)}
+            if b"rlrun.loggers.remote_worker" in _cmdline(pid)}
 
 
 def _cmdline(pid: int) -> bytes:
@@ -238,7 +238,7 @@ class FakeTracker:
 
 
 def test_journal_sends_only_what_a_checkpoint_covers_and_a_resume_drops_the_rest(tmp_path):
-    from rlrun.record.journal import JournaledLogger
+    from rlrun.loggers.journal import JournaledLogger
 
     tracker = FakeTracker()
     log = JournaledLogger(tracker, tmp_path / "t.journal", resume_step=None)
@@ -258,7 +258,7 @@ def test_journal_sends_only_what_a_checkpoint_covers_and_a_resume_drops_the_rest
 
 
 def test_journal_killed_between_send_and_bookkeeping_sends_nothing_twice(tmp_path):
-    from rlrun.record.journal import JournaledLogger
+    from rlrun.loggers.journal import JournaledLogger
 
     tracker = FakeTracker()
     log = JournaledLogger(tracker, tmp_path / "t.journal", resume_step=None)
@@ -275,7 +275,7 @@ def test_journal_killed_between_send_and_bookkeeping_sends_nothing_twice(tmp_pat
 
 
 def test_journal_keeps_the_rows_while_the_tracker_fails(tmp_path, capsys):
-    from rlrun.record.journal import JournaledLogger
+    from rlrun.loggers.journal import JournaledLogger
 
     tracker = FakeTracker(fail=True)
     log = JournaledLogger(tracker, tmp_path / "t.journal", resume_step=None)
@@ -304,7 +304,7 @@ def test_tensorboard_resume_purges_the_events_past_the_checkpoint(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlrun.lifecycle.tracking import TensorBoardLogger
+    from rlrun.loggers.tracking import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path)
     for step in (1, 2, 3, 4):

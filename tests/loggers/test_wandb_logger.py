@@ -28,7 +28,7 @@ def offline(tmp_path, monkeypatch):
 
 
 def test_offline_run_holds_config_metrics_tags_and_policy(tmp_path, offline, capsys):
-    from rlrun.lifecycle.confighash import config_hash
+    from rlrun.core.confighash import config_hash
     from rlrun.lifecycle.run import flatten
 
     code, _, err = run_cli(["logger=wandb", *FAST], tmp_path, capsys)

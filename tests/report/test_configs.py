@@ -16,7 +16,7 @@ import time
 import pytest
 from cli_utils import run_cli
 
-from rlrun.cli.compose import CONF_DIR
+from rlrun.lifecycle.compose import CONF_DIR
 from rlrun.report.cli import main
 from rlrun.report.runs import load_runs
 from rlrun.report.table import build_grouped

@@ -64,7 +64,7 @@ def test_the_pages_rerun_command_reproduces_a_seed(original, tmp_path):
 
 
 def test_a_paper_preset_run_reruns_as_its_preset():
-    from rlrun.cli.explain import compose_config
+    from rlrun.lifecycle.explain import compose_config
     from rlrun.lifecycle.run import flatten
 
     cfg = compose_config(["+paper=table1/ppo_halfcheetah", "seed=3", "optim.lr=0.001"])

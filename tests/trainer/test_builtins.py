@@ -91,7 +91,7 @@ def test_non_finite_gradient_norm_and_weights_are_caught():
 def test_checkpoints_follow_the_interval_and_skip_the_runs_last_batch():
     saved: list[int] = []
     trainer = FakeTrainer(total=1000)
-    hook = Checkpointing(lambda: saved.append(trainer.frames), 300)
+    hook = Checkpointing(lambda _: saved.append(trainer.frames), 300)
     post_steps_log = dispatch(hook, "post_steps_log")
     for frames in (100, 300, 400, 650, 700, 900, 1000):
         trainer.frames = frames
@@ -105,10 +105,10 @@ def test_a_restored_clock_continues_the_checkpoint_schedule():
     saved: list[int] = []
     trainer = FakeTrainer(frames=1150, total=3000)
     trainer.last_clock = 1000  # resumed from a checkpoint at frame 1000 (interval 300: 900 was the last)
-    dispatch(Checkpointing(lambda: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
+    dispatch(Checkpointing(lambda _: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
     assert saved == []
     trainer.last_clock, trainer.frames = 1150, 1250
-    dispatch(Checkpointing(lambda: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
+    dispatch(Checkpointing(lambda _: saved.append(trainer.frames), 300), "post_steps_log")(trainer, None)
     assert saved == [1250]
 
 
@@ -117,14 +117,14 @@ def test_no_periodic_checkpoint_of_a_stopping_or_diverged_batch(why):
     saved = []
     trainer = FakeTrainer(frames=300)
     setattr(trainer, why, "x")
-    dispatch(Checkpointing(lambda: saved.append(1), 300), "post_steps_log")(trainer, None)
+    dispatch(Checkpointing(lambda _: saved.append(1), 300), "post_steps_log")(trainer, None)
     assert saved == []
 
 
 def test_interval_zero_never_saves():
     saved = []
     trainer = FakeTrainer(frames=300)
-    dispatch(Checkpointing(lambda: saved.append(1), 0), "post_steps_log")(trainer, None)
+    dispatch(Checkpointing(lambda _: saved.append(1), 0), "post_steps_log")(trainer, None)
     assert saved == []
 
 

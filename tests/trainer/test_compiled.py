@@ -71,8 +71,8 @@ def datasets(tmp_path_factory):
 
 def first_batch(name: str, tmp_path, datasets, monkeypatch):
     """The run's loss, optimiser config and first optimisation batch (as the loop would form it)."""
-    from rlrun.cli.explain import compose_config
     from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.explain import compose_config
     from rlrun.trainer.loop import Trainer
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets))
@@ -381,8 +381,8 @@ def test_compile_is_an_execution_detail_not_the_experiment():
     # change check treat compile=true as another experiment
     import yaml
 
-    from rlrun.cli.compose import CONF_DIR
-    from rlrun.lifecycle.confighash import config_hash, run_name_excluded
+    from rlrun.core.confighash import config_hash, run_name_excluded
+    from rlrun.lifecycle.compose import CONF_DIR
     from rlrun.lifecycle.run import SAFE_TO_CHANGE
 
     params = {"algo": "ppo", "gamma": "0.99"}

@@ -58,7 +58,7 @@ def checkpoint_trainer(frames, total, last_clock=0):
 
 def test_checkpoint_every_batch_with_interval_one():
     saved = []
-    hook = Checkpointing(lambda: saved.append(trainer.frames), 1)
+    hook = Checkpointing(lambda _: saved.append(trainer.frames), 1)
     for frames in (100, 200, 300):
         trainer = checkpoint_trainer(frames, 1000, last_clock=frames - 100)
         dispatch(hook, "post_steps_log")(trainer, None)
@@ -67,7 +67,7 @@ def test_checkpoint_every_batch_with_interval_one():
 
 def test_a_checkpoint_due_on_the_last_batch_is_left_to_the_final_save():
     saved = []
-    hook = Checkpointing(lambda: saved.append(trainer.frames), 500)
+    hook = Checkpointing(lambda _: saved.append(trainer.frames), 500)
     for frames in (500, 1000):
         trainer = checkpoint_trainer(frames, 1000, last_clock=frames - 500)
         dispatch(hook, "post_steps_log")(trainer, None)

@@ -6,8 +6,8 @@ import logging
 
 from cli_utils import only_run_dir, run_cli
 
-from rlrun.lifecycle import tracking
-from rlrun.lifecycle.tracking import Progress
+from rlrun.loggers import tracking
+from rlrun.loggers.tracking import Progress
 
 
 def test_off_a_terminal_lines_print_once_per_interval(capsys, monkeypatch):

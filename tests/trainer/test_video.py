@@ -89,7 +89,7 @@ def test_atari_render_env_records_one_frame_per_agent_step(tmp_path):
     pytest.importorskip("ale_py")
     from omegaconf import OmegaConf
 
-    from rlrun.cli.compose import CONF_DIR
+    from rlrun.lifecycle.compose import CONF_DIR
     from rlrun.trainer.evaluation import Evaluator
     from rlrun.trainer.video import record, render_env
 

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from rlrun.collectors.sync import SyncCollector
-from rlrun.lifecycle.signals import die_with_parent, survive_stop_signals
+from rlrun.core.signals import die_with_parent, survive_stop_signals
 
 SEED_STRIDE = 100_003  # worker w is seeded with seed + w * SEED_STRIDE (worker 0 == a SyncCollector)
 

@@ -1,7 +1,7 @@
 """The MLflow logger itself: ``MlflowClient`` on a store (embedded SQLite by default), one run.
 
-Its own module, apart from ``rlrun.lifecycle.tracking`` (whose ``make_mlflow`` builds it), so that
-the MLflow worker process (``rlrun.record.remote_worker``) imports no more of rlrun than this:
+Its own module, apart from ``rlrun.loggers.tracking`` (whose ``make_mlflow`` builds it), so that
+the MLflow worker process (``rlrun.loggers.remote_worker``) imports no more of rlrun than this:
 not the component registry, OmegaConf or the other loggers (0.2 s of the worker's start, which a
 short run waits for at its first logger call; issue 27).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.record.store import embedded_uri, error_line, open_client, sqlite_path
+from rlrun.loggers.store import embedded_uri, error_line, open_client, sqlite_path
 
 # MLflow's own telemetry would try the network; this machine class has none.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -78,7 +78,7 @@ class MLflowLogger:
         """Makes the run ``run_name`` with ``tags`` (``run_id`` None) or marks ``run_id`` running
         again (resume). A run of the experiment whose ``attempt_id`` tag equals the one in ``tags``
         is continued instead of making another: the run of a process killed before it learned the
-        run's id (its ``tracking.json`` names the attempt; ``rlrun.record.remote``)."""
+        run's id (its ``tracking.json`` names the attempt; ``rlrun.loggers.remote``)."""
         with _bounded_http_retries():
             attempt = (tags or {}).get(ATTEMPT_TAG, "")
             if run_id is None and ATTEMPT_ID.fullmatch(attempt):

@@ -1,4 +1,4 @@
-"""MLflow's worker starts before the run's config is composed (``rlrun.record.remote.start_early``):
+"""MLflow's worker starts before the run's config is composed (``rlrun.loggers.remote.start_early``):
 the config's logger node then names its store, or ends it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlrun.record import remote
+from rlrun.loggers import remote
 
 pytest.importorskip("mlflow")
 
@@ -93,7 +93,7 @@ def test_the_quick_store_check(tmp_path: Path):
     import socket
 
     from rlrun.core.errors import ConfigError
-    from rlrun.record.remote import store_looks_usable
+    from rlrun.loggers.remote import store_looks_usable
 
     assert store_looks_usable(None, str(tmp_path))  # no store yet: the worker makes it
     assert store_looks_usable(None, str(tmp_path / "not" / "yet"))

@@ -33,9 +33,9 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
+from rlrun.core import checkpoint
 from rlrun.core.errors import CheckpointError
 from rlrun.core.registry import build, untrusted
-from rlrun.lifecycle import checkpoint
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
 POLICY_FORMAT = 1

@@ -28,7 +28,7 @@ import torch
 from rlrun.core.errors import CheckpointError, RlrunError
 
 FORMAT_VERSION = 2  # 2: the policy is its own component (loss state keys policy.*), exploration saved apart;
-# since Trainer.state_dict also under its own key "policy" (what rlrun.cli.load loads; older files
+# since Trainer.state_dict also under its own key "policy" (what rlrun.lifecycle.load loads; older files
 # still resume)
 
 # Errors that say the file system will not take more bytes: the run cannot go on, its

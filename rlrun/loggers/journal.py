@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlrun.record import pause_point
+from rlrun.loggers import pause_point
 
 BATCH_METRICS = 1000  # MLflow's log_batch takes at most 1000 metrics per request
 
@@ -104,7 +104,7 @@ class JournaledLogger:
             self._rewrite()
             self._marker.unlink(missing_ok=True)
         except Exception as err:  # a tracker that fails must not end the training
-            from rlrun.record.store import error_line
+            from rlrun.loggers.store import error_line
 
             if not self._warned:
                 self._warned = True

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.record import pause_point
+from rlrun.loggers import pause_point
 
 LOCK_WAIT_S = 300.0  # a store's creation takes seconds; a holder this slow is stuck
 

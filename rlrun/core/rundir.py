@@ -41,7 +41,7 @@ class RunLock:
         >>> with RunLock(d):
         ...     RunLock(d).acquire()
         Traceback (most recent call last):
-        rlrun.lifecycle.rundir.RunDirInUse: ...
+        rlrun.core.rundir.RunDirInUse: ...
     """
 
     def __init__(self, run_dir: Path):
@@ -105,7 +105,7 @@ def read_tracking(run_dir: Path) -> dict[str, Any]:
 
 
 def write_tracking(run_dir: Path, info: dict[str, Any]) -> None:
-    from rlrun.lifecycle.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
+    from rlrun.core.checkpoint import atomic_write_text  # torch, which it imports, is loaded by then
 
     atomic_write_text(Path(run_dir) / TRACKING_FILE, json.dumps(info, indent=2))
 

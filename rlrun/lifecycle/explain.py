@@ -21,7 +21,7 @@ def compose_config(overrides: list[str]):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from rlrun.cli.compose import CONF_DIR, register_resolvers
+    from rlrun.lifecycle.compose import CONF_DIR, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -48,7 +48,7 @@ def explain(overrides: list[str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         run = build_run(cfg, Path(tmp), torch.device("cpu"))
         try:
-            hooks = {**run.hooks, "checkpoint": Checkpointing(lambda: None, 0)}
+            hooks = {**run.hooks, "checkpoint": Checkpointing(lambda trainer: None, 0)}
             origins = {**run.origins, "checkpoint": "built in: checkpoint.*"}
             order = Trainer(run.collector, run.loss, run.optimizer, hooks, policy=run.policy,
                             provided=run.provided, budget=run.budget).order
@@ -88,7 +88,7 @@ def main(args: list[str]) -> int:
         print(__doc__.strip())
         return 0
     try:
-        from rlrun.cli.compose import precheck
+        from rlrun.lifecycle.compose import precheck
 
         precheck(args)
         print(explain([a for a in args if not a.startswith("-")]))

@@ -15,7 +15,7 @@ pytest.importorskip("mlflow")
 # An atexit handler runs on the interpreter's normal teardown only: the mark file tells whether
 # the worker went through it (the seconds of teardown the run used to wait for).
 WORKER = ("import atexit, sys; atexit.register(lambda: open(sys.argv[1], 'w').close()); "
-          "from rlrun.record.remote_worker import serve; serve()")
+          "from rlrun.loggers.remote_worker import serve; serve()")
 
 
 def _serve(code: str, requests: list[tuple[str, dict]], *args: str
@@ -43,7 +43,8 @@ def test_worker_skips_the_teardown_after_finish(tmp_path: Path):
 
 
 # Prints, at the end of input, which of the hidden libraries the worker's MLflow imported anyway.
-WORKER_REPORTING = ("import atexit, sys; from rlrun.record.remote_worker import WithoutDataLibraries, serve; "
+WORKER_REPORTING = ("import atexit, sys; "
+                    "from rlrun.loggers.remote_worker import WithoutDataLibraries, serve; "
                     "atexit.register(lambda: print(sorted(m for m in WithoutDataLibraries.HIDDEN "
                     "if m in sys.modules), file=sys.stderr)); serve()")
 
@@ -77,7 +78,7 @@ def test_every_request_is_served_without_pandas_or_numpy(tmp_path: Path):
 def test_a_run_tagged_with_the_attempt_is_continued_not_made_again(tmp_path: Path):
     """A process killed before it learned its tracker run's id: the rerun's start_run, with the same
     attempt_id tag, continues that run; another attempt (or a malformed id) makes a new one."""
-    from rlrun.record.mlflow_logger import MLflowLogger
+    from rlrun.loggers.mlflow_logger import MLflowLogger
 
     def started(tags: dict) -> str:
         logger = MLflowLogger()

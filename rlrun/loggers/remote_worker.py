@@ -1,6 +1,6 @@
-"""The MLflow worker process that ``rlrun.record.remote`` starts: one ``MLflowLogger``, serving
+"""The MLflow worker process that ``rlrun.loggers.remote`` starts: one ``MLflowLogger``, serving
 the run's logger calls line by line (its own module, so that the client side, which
-``rlrun.lifecycle.tracking`` imports, does not import the tracking module back)."""
+``rlrun.loggers.tracking`` imports, does not import the tracking module back)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.signals import die_with_parent, survive_stop_signals
+from rlrun.core.signals import die_with_parent, survive_stop_signals
 
 
 def serve() -> None:
@@ -26,7 +26,7 @@ def serve() -> None:
     if os.getppid() != parent:
         return
     sys.meta_path.insert(0, WithoutDataLibraries())
-    from rlrun.record.mlflow_logger import MLflowLogger, store_errors
+    from rlrun.loggers.mlflow_logger import MLflowLogger, store_errors
 
     try:  # MLflow's client and SQLite store modules, before the request that needs them arrives
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
@@ -57,7 +57,7 @@ def serve() -> None:
         except ConfigError as err:
             reply = {"config_error": err.message, "key": err.key, "fix": err.fix}
         except Exception as err:
-            from rlrun.record.store import error_line
+            from rlrun.loggers.store import error_line
 
             reply = {"error": error_line(err)}
         out.write(json.dumps(reply) + "\n")

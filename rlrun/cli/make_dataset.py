@@ -19,7 +19,7 @@ terminated or was truncated, with the flag it had; the last, unfinished episode
 of each sub-env is cut by the end of training and is marked truncated (a cut
 bootstraps, as a time limit does), as minari's ``DataCollector`` marks it.
 Actions are stored in the env's own action space (rlrun's policies act in
-[-1, 1]; ``rlrun.cli.load.ActionMap`` maps them back).
+[-1, 1]; ``rlrun.lifecycle.load.ActionMap`` maps them back).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.core.rundir import git_commit
 from rlrun.datasets.scores import D4RL_REFERENCE
-from rlrun.lifecycle.rundir import git_commit
 
 if TYPE_CHECKING:
     import torch
@@ -179,7 +179,7 @@ def buffer_episodes(buffer_state: dict[str, Any], capacity: int, action_map: Any
     Args:
         buffer_state: ``ReplayBuffer.state_dict()`` with its data.
         capacity: The buffer's capacity (to undo a wrap of the ring).
-        action_map: Maps the policy's [-1, 1] actions to the env's (``rlrun.cli.load.ActionMap``).
+        action_map: Maps the policy's [-1, 1] actions to the env's (``rlrun.lifecycle.load.ActionMap``).
     """
     import torch
 
@@ -319,9 +319,9 @@ def make(args: list[str]) -> Path:
     import gymnasium as gym
     from omegaconf import OmegaConf
 
-    from rlrun.cli.load import load
+    from rlrun.core import checkpoint
     from rlrun.datasets.minari_format import write_dataset
-    from rlrun.lifecycle import checkpoint
+    from rlrun.lifecycle.load import load
 
     policy = load(run_dir, deterministic=False)
     cfg = policy.config

@@ -2,7 +2,7 @@
 
 Importing MLflow and opening its store take 2-3 s of CPU (MLflow's modules, SQLAlchemy's
 mappers, alembic's schema check): on the run's critical path they came after the env and the
-networks were built. ``prestart`` starts ``python -m rlrun.record.remote_worker`` as the run begins;
+networks were built. ``prestart`` starts ``python -m rlrun.loggers.remote_worker`` as the run begins;
 that process imports MLflow and opens the store (``MLflowLogger.open_store``) on another core
 while this one imports torch and builds the run. ``make_mlflow`` then takes it
 (``take_prestarted``).
@@ -36,14 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.core.errors import ConfigError
-from rlrun.lifecycle.signals import stop_signals_blocked
+from rlrun.core.signals import stop_signals_blocked
 
 _prestarted: dict[tuple, Any] = {}
 _early: list[RemoteMLflow] = []  # started by start_early, store not yet named
 
 
 class RemoteMLflow:
-    """``MLflowLogger``'s interface, served by a worker process (``python -m rlrun.record.remote_worker``)."""
+    """``MLflowLogger``'s interface, served by a worker process
+    (``python -m rlrun.loggers.remote_worker``)."""
 
     MAX_UNREAD = 64  # replies left unread at most (each a short line: far below a pipe's buffer)
 
@@ -51,7 +52,7 @@ class RemoteMLflow:
                  experiment: str | None = None):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         with stop_signals_blocked():  # a signal to the whole job must not end the tracker's process
-            self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.record.remote_worker"],
+            self._proc = subprocess.Popen([sys.executable, "-m", "rlrun.loggers.remote_worker"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                           env=env)
         self.taken = False
@@ -184,11 +185,11 @@ def store_looks_usable(tracking_uri: str | None, root: str | None) -> bool:
     the run's ConfigError at once). Anything else (another scheme, a check that fails): False, and
     the run waits for the worker's own verdict before it trains."""
     if tracking_uri is not None and tracking_uri.startswith(("http://", "https://")):
-        from rlrun.record.mlflow_logger import probe_server
+        from rlrun.loggers.mlflow_logger import probe_server
 
         probe_server(tracking_uri)
         return True
-    from rlrun.record.store import embedded_uri, sqlite_path
+    from rlrun.loggers.store import embedded_uri, sqlite_path
 
     db = sqlite_path(tracking_uri if tracking_uri is not None else embedded_uri(Path(root or os.getcwd())))
     if db is None:

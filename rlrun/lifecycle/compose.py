@@ -52,9 +52,9 @@ def env_name(choice: str, env_id: str | None) -> str:
 
 def _run_name_excluded(task_overrides: list[str]) -> list[str]:
     """Hydra's ``override_dirname.exclude_keys``: the keys of this command's overrides that
-    ``rlrun.lifecycle.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
+    ``rlrun.core.confighash.RUN_NAME_EXCLUDED`` leaves out of the run's name (Hydra compares exactly,
     so the list is made per command from the one list of prefixes)."""
-    from rlrun.lifecycle.confighash import run_name_excluded
+    from rlrun.core.confighash import run_name_excluded
 
     keys = [o.lstrip("~+").partition("=")[0].partition("@")[0] for o in task_overrides]
     return run_name_excluded(keys)

@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrun.core.contracts import Logger
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import PositiveInt, register
-from rlrun.record.journal import JournaledLogger
-from rlrun.record.mlflow_logger import MLflowLogger, store_errors
+from rlrun.loggers.journal import JournaledLogger
+from rlrun.loggers.mlflow_logger import MLflowLogger, store_errors
 
 log = logging.getLogger("rlrun")
 """rlrun's own messages; Hydra's job log file (``<run dir>/rlrun.log``) receives them."""
@@ -30,24 +31,8 @@ def say(line: str) -> None:
     log.info(line)
 
 
-class Logger:
-    """The tracking interface; this base class records nothing (``logger=none``)."""
-
-    run_id: str | None = None
-
-    def log_params(self, params: dict[str, Any]) -> None: ...
-
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
-
-    def log_artifact(self, path: str | Path) -> None: ...
-
-    def set_tags(self, tags: dict[str, str]) -> None: ...
-
-    def commit(self, step: int) -> None:
-        """A checkpoint at ``step`` is written: what was logged up to it must now survive a kill
-        (a resumed run continues from there; rows past it are superseded and dropped)."""
-
-    def finish(self, status: str = "FINISHED") -> None: ...
+class NullLogger(Logger):
+    """Records nothing (``logger=none``)."""
 
 
 def set_aside(path: Path) -> Path | None:
@@ -116,9 +101,9 @@ def make_mlflow(run_dir: Path, run_name: str, root: str | None = None,
     """MLflow; embedded SQLite store under ``root`` unless ``tracking_uri`` is set.
 
     Metrics reach MLflow through ``<run_dir>/mlflow.journal`` once a checkpoint covers them
-    (``rlrun.record.journal``): MLflow cannot delete what a killed attempt logged.
+    (``rlrun.loggers.journal``): MLflow cannot delete what a killed attempt logged.
     """
-    from rlrun.record.remote import take_prestarted
+    from rlrun.loggers.remote import take_prestarted
 
     where = (tracking_uri, str(Path(root) if root else Path.cwd()), experiment)
     inner = take_prestarted(*where)  # MLflow in its own process, opened while the run was built
@@ -146,7 +131,7 @@ def make_csv(run_dir: Path, resumed: bool = False, resume_step: int | None = Non
 @register("logger", "none")
 def make_none() -> Logger:
     """No tracking (the summary and checkpoints are still written)."""
-    return Logger()
+    return NullLogger()
 
 
 class Progress:
@@ -195,8 +180,9 @@ class Progress:
         self.frames = frames
 
     def close(self) -> None:
-        if self.bar is not None:
+        if self.bar is not None:  # once: the run closes it when training ends and on any exit
             self.bar.close()
+            self.bar = None
 
 
 class TensorBoardLogger(Logger):

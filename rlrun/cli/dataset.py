@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
                               fix="use `rlrun dataset make ...` or `rlrun dataset list`")
         if argv[0] == "list":
             return list_main(argv[1:])
-        from rlrun.datasets.make import make
+        from rlrun.cli.make_dataset import make
 
         make(argv[1:])
         return 0
