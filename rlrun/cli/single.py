@@ -56,9 +56,13 @@ def _check_run_dir(cfg: Any) -> None:
     """Refuses a run directory holding a link or non-regular file before Hydra writes ``.hydra/``
     and ``rlrun.log`` into it (``rlrun.core.runfiles``)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
 
     from rlrun.core.runfiles import check_tree
 
+    if not OmegaConf.has_resolver("hydra"):  # ${hydra:...} and ${now:...}: Hydra registers them in run_job
+        setup_globals()
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} in hydra.run.dir; run_job sets it again
     check_tree(str(cfg.hydra.run.dir))
 

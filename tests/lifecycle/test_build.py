@@ -55,7 +55,7 @@ def test_hooks_in_another_order_train_the_same(tmp_path, capsys):
 
 def test_off_policy_updates_follow_updates_per_frame(tmp_path, capsys):
     args = ["algo=dqn", "env=cartpole", "total_frames=1200", "collector.init_random_frames=1000",
-            "collector.frames_per_batch=100", *FAST, "hydra.run.dir=r"]
+            "collector.frames_per_batch=100", "trainer.updates_per_frame=0.25", *FAST, "hydra.run.dir=r"]
     code, _, err = run_cli(args, tmp_path, capsys)
     assert code == 0, err
     # learning from frame 1000: batches 10, 11, 12 each give ceil(100 * 0.25) = 25 updates

@@ -95,8 +95,9 @@ SECTION_ROWS: dict[str, tuple[list[str], Callable[[dict], Any], Any]] = {
     "trainer.epochs_per_batch": (["trainer.epochs_per_batch=3"], lambda g: g["epochs_per_batch"], 3),
     "trainer.optim_steps_per_epoch": (["trainer.optim_steps_per_epoch=7"],
                                       lambda g: g["optim_steps_per_epoch"], 7),
-    "trainer.updates_per_frame": (["trainer.updates_per_frame=0.5"],
-                                  lambda g: g["optim_steps_per_epoch"], 50),
+    "trainer.updates_per_frame": (["trainer.updates_per_frame=0.25"],
+                                  lambda g: g["optim_steps_per_epoch"], 25),
+    "checkpoint.keep_best": (["checkpoint.keep_best=true"], lambda g: "keep_best" in g["hooks"], True),
     "eval.interval_frames": (["eval.interval_frames=300"], _hook("evaluation", "interval"), 300),
     "eval.episodes": (["eval.episodes=3"], lambda g: g["hooks"]["evaluation"].evaluator.episodes, 3),
     "eval.max_envs": (["eval.episodes=6", "eval.max_envs=2"],
@@ -108,7 +109,8 @@ SECTION_ROWS: dict[str, tuple[list[str], Callable[[dict], Any], Any]] = {
 }
 # keys an online run does not read: checked on a run whose budget counts updates, or by a run below
 OTHER_ROWS = {"eval.interval_updates", "checkpoint.interval_updates", "checkpoint.buffer",
-              "checkpoint.max_buffer_mb"}
+              "checkpoint.max_buffer_mb",
+              "checkpoint.keep_last"}  # read by CheckpointWriter.rotate: tests/lifecycle/test_keep_best.py
 
 # component keys: the sync collector's and the replay buffer's options, as the builder passes them on
 COMPONENT_ROWS: dict[str, tuple[str, Any]] = {
@@ -184,6 +186,7 @@ def test_learning_starts_holds_back_the_first_update(tmp_path, capsys):
     """The run behaves by trainer.learning_starts, not collector.init_random_frames: from frame 1000,
     batches 10, 11, 12 of 100 frames each give ceil(100 * 0.25) = 25 updates."""
     args = [*BASE, "collector.init_random_frames=0", "trainer.learning_starts=1000", "eval.episodes=2",
+            "trainer.updates_per_frame=0.25",
             "eval.interval_frames=0", "checkpoint.interval_frames=0", "hydra.run.dir=r"]
     code, _, err = run_cli(args, tmp_path, capsys)
     assert code == 0, err
