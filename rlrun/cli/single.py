@@ -64,7 +64,11 @@ def _check_run_dir(cfg: Any) -> None:
     if not OmegaConf.has_resolver("hydra"):  # ${hydra:...} and ${now:...}: Hydra registers them in run_job
         setup_globals()
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} in hydra.run.dir; run_job sets it again
-    check_tree(str(cfg.hydra.run.dir))
+    try:
+        run_dir = str(cfg.hydra.run.dir)
+    except Exception:  # noqa: BLE001 - e.g. an rlrun resolver the job registers: train() checks before the lock
+        return
+    check_tree(run_dir)
 
 
 def _hand_back(cfg: Any) -> None:
