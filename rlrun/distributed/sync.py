@@ -25,7 +25,6 @@ def active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-@torch.no_grad()
 def average_gradients(params: list[Tensor]) -> None:
     """Averages ``params``' gradients over ranks in place, with one all-reduce.
 
@@ -33,9 +32,13 @@ def average_gradients(params: list[Tensor]) -> None:
     size; each rank then holds the gradient the mean loss over all ranks' samples would give
     (each rank's loss is the mean over an equal share of the batch).
     """
-    if not active():
+    if not active():  # alone: a plain call per optimiser step, no grad-mode context entered
         return
-    grads = [p.grad for p in params if p.grad is not None]
+    with torch.no_grad():
+        _all_reduce_mean([p.grad for p in params if p.grad is not None])
+
+
+def _all_reduce_mean(grads: list[Tensor]) -> None:
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
