@@ -7,9 +7,9 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["load"]
 
-from rlrun.core.dynamo_lazy import install as _install_dynamo_lazy
+from rlrun.core.private.torch import install as _install_dynamo_lazy
 
-_install_dynamo_lazy()  # tensordict's import would otherwise import torch._dynamo (~2.4 s)
+_install_dynamo_lazy()  # tensordict's import would otherwise import torch._dynamo (rlrun.core.private.torch)
 
 
 def __getattr__(name: str) -> Any:

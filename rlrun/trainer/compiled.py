@@ -24,7 +24,7 @@ So on CPU it pays for long runs (a 1M-frame SAC run makes ~1M updates), not for 
 tests; ``compile: false`` stays the default because compiled runs draw their random numbers from
 inductor's generator: reproducible per seed, but not the eager runs' streams, so turning it on
 is the user's choice, not a silent change of every fixed-seed result.
-``torch._dynamo`` is imported only when this module compiles something (``rlrun.core.dynamo_lazy``).
+``torch._dynamo`` is imported only when this module compiles something (``rlrun.core.private.torch``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rlrun.core.private.torch import let_gcc_vectorise_loops  # inductor's gcc flags (a private name)
 from rlrun.trainer.optim import (
     _can_step_together,
     _undecorated_step,
@@ -48,38 +49,6 @@ from rlrun.trainer.optim import (
 def compile_mode(device: torch.device | str) -> str:
     """``reduce-overhead`` (CUDA graphs) on CUDA, ``default`` elsewhere."""
     return "reduce-overhead" if torch.device(device).type == "cuda" else "default"
-
-
-def let_gcc_vectorise_loops() -> bool:
-    """Drops the ``-fno-tree-loop-vectorize`` that inductor adds to every gcc build of its CPU kernels.
-
-    Why: inductor's vectorised kernels store comparison masks (ReLU's backward mask ``x <= 0``,
-    clamps, ``isfinite``) through ATen's ``VecMask::store(bool*)``, whose converting loops are
-    written for gcc's loop vectoriser to vectorise; with it off they run scalar. Measured on this
-    project's machine (g++ 12, AVX-512): such a store loop over 131,072 floats took 2.0-2.2 ms
-    with inductor's flags and 0.2 ms without that one flag (every other flag of inductor's, one at
-    a time, left it at 0.2 ms); compiled SAC's update went from 19-22 to 13-15 ms, from slower than
-    eager to faster (rlrun/benchmarks/README.md). Only the code generated for loops changes:
-    inductor's flags still forbid reassociating or contracting float arithmetic
-    (``-fno-unsafe-math-optimizations``, ``-ffp-contract=off``), so kernels compute the same values.
-    Clang builds never had the flag. Returns False (changing nothing) where torch's builder no
-    longer has this private function; the wrapper keeps the original as ``__wrapped__``.
-    """
-    try:
-        from torch._inductor import cpp_builder
-    except ImportError:
-        return False
-    original = getattr(cpp_builder, "_get_optimization_cflags", None)
-    if original is None or getattr(original, "__module__", None) == __name__:  # absent, or wrapped already
-        return original is not None
-
-    def optimization_cflags(*args: Any, **kwargs: Any) -> Any:
-        cflags, ldflags = original(*args, **kwargs)
-        return [f for f in cflags if f != "fno-tree-loop-vectorize"], ldflags
-
-    optimization_cflags.__wrapped__ = original  # type: ignore[attr-defined]
-    cpp_builder._get_optimization_cflags = optimization_cflags
-    return True
 
 
 def inductor_compile(fn: Callable, mode: str = "default") -> Callable:
@@ -212,7 +181,7 @@ class CompiledUpdate:
         real = compiler is None
         first = next(loss.parameters(), None)
         if compiler is None:
-            import torch._dynamo  # here only: compile=false runs never pay for it (rlrun.core.dynamo_lazy)
+            import torch._dynamo  # here only: compile=false runs never pay for it (rlrun.core.private.torch)
 
             # Each group's optimiser is its own instance of one ``step`` code object, compiled
             # twice (its first steps create its state): past the limit dynamo would run it eager.

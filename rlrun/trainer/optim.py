@@ -15,10 +15,9 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
-from torch.optim import optimizer as torch_optimizer
 
-from rlrun.core.dynamo_lazy import optimizers_without_dynamo
 from rlrun.core.errors import ConfigError, did_you_mean
+from rlrun.core.private.torch import mark_stepped, optimizers_without_dynamo, own_step_allowed
 from rlrun.core.registry import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, register
 from rlrun.distributed.sync import average_gradients
 from rlrun.trainer.lamb import Lamb
@@ -282,7 +281,7 @@ def adam_together(opts: list[torch.optim.Optimizer], fused: bool | None = None) 
             counts = [s.item() for s in steps]
             _adam_update(params, grads, exp_avgs, exp_avg_sqs, counts, lrs, beta1, beta2, eps)
     for opt in opts:
-        opt._optimizer_step_code()
+        mark_stepped(opt)
     return True
 
 
@@ -398,21 +397,15 @@ class FlatAdam:
         _adam_update([self.flat_p], [flat_g], [self.exp_avg], [self.exp_avg_sq], [self.steps[0].item()],
                      [pg["lr"]], beta1, beta2, pg["eps"])  # .item() of a CPU tensor: no device sync
         torch._foreach_copy_(params, self.p_views)
-        opt._optimizer_step_code()
+        mark_stepped(opt)
         return True
 
 
 def needs_own_step(opt: torch.optim.Optimizer) -> bool:
     """Whether only ``opt``'s own (wrapped) ``step`` computes what it should: a differentiable
-    optimiser, or step hooks registered on it or globally (torch's wrapper runs those)."""
-    return bool(opt.defaults.get("differentiable") or opt._optimizer_step_pre_hooks
-                or opt._optimizer_step_post_hooks or torch_optimizer._global_optimizer_pre_hooks
-                or torch_optimizer._global_optimizer_post_hooks)
-
-
-def mark_stepped(opt: torch.optim.Optimizer) -> None:
-    """What torch's step wrapper does after a step besides hooks: the marker profilers read."""
-    opt._optimizer_step_code()
+    optimiser, or step hooks registered on it or globally (torch's wrapper runs those), or a torch
+    without the private names rlrun's step needs (``rlrun.core.private.torch``)."""
+    return not own_step_allowed(opt)
 
 
 def step_without_dynamo(opt: torch.optim.Optimizer) -> None:

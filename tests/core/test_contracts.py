@@ -22,9 +22,10 @@ _JOINT_ADAM = "Adam's foreach step over several groups at once (torch's multi-te
 # run_layers calls an MLP's layers' forward directly only where nn.Module.__call__ would (no hook
 # registered): the same test __call__ makes, on the same (private) hook dicts
 _MODULE_HOOKS = "nn.Module.__call__'s own no-hook test, before calling layers' forward directly"
+_STEP_HOOKS = "torch's step hooks: if any, torch's step runs"
 ALLOWED_PRIVATE = {
-    ("core/dynamo_lazy.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
-    ("trainer/compiled.py", "cpp_builder._get_optimization_cflags"):
+    ("core/private/torch.py", "fn._dynamo_marked_constant"): "torch.compile's marker attribute on a function",
+    ("core/private/torch.py", "cpp_builder._get_optimization_cflags"):
         "inductor's gcc flags, to drop the one that slows its mask kernels 10x (no option for it)",
     ("benchmarks/offline_update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
     ("benchmarks/update.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
@@ -57,14 +58,14 @@ ALLOWED_PRIVATE = {
     ("launch/submitit_launch.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("launch/sweeper.py", "ret._return_value"): "Hydra's JobReturn stores the value there",
     ("loggers/store.py", "SqlAlchemyStore._engine_map"): "MLflow's engine cache, reset for a fresh store",
-    ("core/dynamo_lazy.py", "fn.__dynamo_disable"): "torch's cache of its Dynamo wrapper, pre-filled so that "
-                                                 "optimisers do not import torch._dynamo",
-    ("core/dynamo_lazy.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
-    ("trainer/optim.py", "opt._optimizer_step_pre_hooks"): "torch's step hooks: if any, torch's step runs",
-    ("trainer/optim.py", "opt._optimizer_step_post_hooks"): "torch's step hooks: if any, torch's step runs",
-    ("trainer/optim.py", "torch_optimizer._global_optimizer_pre_hooks"): "torch's global step hooks",
-    ("trainer/optim.py", "torch_optimizer._global_optimizer_post_hooks"): "torch's global step hooks",
-    ("trainer/optim.py", "opt._optimizer_step_code"): "the profiler marker torch's step wrapper calls",
+    ("core/private/torch.py", "fn.__dynamo_disable"):
+        "torch's cache of its Dynamo wrapper, pre-filled so that optimisers do not import torch._dynamo",
+    ("core/private/torch.py", "torch._compile"): "torch's own module, checked for whether Dynamo is loaded",
+    ("core/private/torch.py", "opt._optimizer_step_pre_hooks"): _STEP_HOOKS,
+    ("core/private/torch.py", "opt._optimizer_step_post_hooks"): _STEP_HOOKS,
+    ("core/private/torch.py", "module._global_optimizer_pre_hooks"): "torch's global step hooks",
+    ("core/private/torch.py", "module._global_optimizer_post_hooks"): "torch's global step hooks",
+    ("core/private/torch.py", "opt._optimizer_step_code"): "the profiler marker torch's step wrapper calls",
     ("benchmarks/device.py", "torch._dynamo"): "torch's compiler module (its config and reset)",
     ("trainer/compiled.py", "torch._dynamo"): "torch's compiler module (its config and reset)",
     ("collectors/workers/loop.py", "os._exit"): "a worker exits without running the parent's atexit handlers",
