@@ -435,7 +435,18 @@ StartMethod = Literal["forkserver", "spawn"]
 Backend = Literal["local", "ray"]
 
 
-@register("collector", "multi_sync")
+def _check_options(node: dict, key: str) -> None:
+    """The rules between options, run with the signature's checks (``registry.check_kwargs``), so
+    before anything is built: the Ray address's form, and workers that fit this machine unless they
+    run on a cluster it joins."""
+    workers, backend, address = node.get("workers", 2), node.get("backend", "local"), node.get("ray_address")
+    if backend in BACKENDS:
+        BACKENDS[backend].check_address(address, f"{key}.ray_address")
+    if backend == "local" or address is None:
+        check_workers_fit(int(workers), "local" if backend == "local" else "ray", f"{key}.workers")
+
+
+@register("collector", "multi_sync", options=_check_options)
 def make_multi_sync_collector(env, policy, frames_per_batch: PositiveInt, total_frames: int,
                               workers: PositiveInt = 2, init_random_frames: NonNegativeInt = 0,
                               explore: bool = True, seed: int = 0, device: str = "cpu",
@@ -452,7 +463,7 @@ def make_multi_sync_collector(env, policy, frames_per_batch: PositiveInt, total_
                  explore, seed, device, start_method, timeout_s, 1, backend, ray_address)
 
 
-@register("collector", "multi_async")
+@register("collector", "multi_async", options=_check_options)
 def make_multi_async_collector(env, policy, frames_per_batch: PositiveInt, total_frames: int,
                                workers: PositiveInt = 2, init_random_frames: NonNegativeInt = 0,
                                explore: bool = True, seed: int = 0, device: str = "cpu",
@@ -467,18 +478,3 @@ def make_multi_async_collector(env, policy, frames_per_batch: PositiveInt, total
     """
     return _make("async", env, policy, frames_per_batch, total_frames, workers, init_random_frames,
                  explore, seed, device, start_method, timeout_s, rollouts_per_batch, backend, ray_address)
-
-
-def _check_options(node: dict, key: str) -> None:
-    """The rules between options, run with the signature's checks (``registry.check_kwargs``), so
-    before anything is built: the Ray address's form, and workers that fit this machine unless they
-    run on a cluster it joins."""
-    workers, backend, address = node.get("workers", 2), node.get("backend", "local"), node.get("ray_address")
-    if backend in BACKENDS:
-        BACKENDS[backend].check_address(address, f"{key}.ray_address")
-    if backend == "local" or address is None:
-        check_workers_fit(int(workers), "local" if backend == "local" else "ray", f"{key}.workers")
-
-
-make_multi_sync_collector.check_options = _check_options
-make_multi_async_collector.check_options = _check_options

@@ -4,7 +4,7 @@ Every env, model and loss factory may declare ``agent_layouts``: ``("single",)``
 (the default: one agent, keys at the root), ``("group",)`` (an agent group) or both
 (PPO's loss trains either). A loss declares it as a class attribute
 (``rlrun.core.contracts.Loss``); an env or model factory as a function attribute
-(``make_vmas_env.agent_layouts = ("group",)``). The check runs on the config,
+(``@register("env", "vmas", layouts=("group",))``). The check runs on the config,
 before any component is built or any section is checked against its factory: an
 algorithm preset for agent groups sets env options (``env.continuous_actions``)
 that a single-agent env does not have, and the misfit, not the option, is what the
@@ -29,7 +29,7 @@ SINGLE, GROUP_LAYOUT = "single", "group"
 
 def layouts(kind: str, name: str) -> tuple[str, ...]:
     """The agent layouts the registered ``kind/name`` declares (``("single",)`` if it declares none)."""
-    return tuple(getattr(lookup(kind, name, key=f"{kind}.name").factory, "agent_layouts", (SINGLE,)))
+    return lookup(kind, name, key=f"{kind}.name").agent_layouts
 
 
 def check_agent_groups(cfg: Mapping[str, Any]) -> None:

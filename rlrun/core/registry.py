@@ -42,9 +42,20 @@ ENTRY_POINT_GROUP = "rlrun.components"
 
 @dataclass(frozen=True)
 class Entry:
+    """A registered component and what it declared at ``register``.
+
+    Attributes:
+        config_check: ``check(options, key)`` run when the config is checked (``run_check``).
+        check_options: ``check_options(node, key)``: rules between its options (``check_kwargs``).
+        agent_layouts: What it handles: ``"single"`` and/or ``"group"`` (``rlrun.core.agent_groups``).
+    """
+
     kind: str
     name: str
     factory: Callable[..., Any]
+    config_check: Callable[[dict, str], Any] | None = None
+    check_options: Callable[[dict, str], None] | None = None
+    agent_layouts: tuple[str, ...] = ("single",)
 
     @property
     def summary(self) -> str:
@@ -54,27 +65,39 @@ class Entry:
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+_BY_FACTORY: dict[Callable, Entry] = {}  # the entry of each registered factory (its declarations)
 _loaded = False
 
 
-def register(kind: str, name: str, check: Callable[[dict, str], Any] | None = None
-             ) -> Callable[[Callable], Callable]:
-    """Decorator registering ``factory`` as ``kind/name``.
+def register(kind: str, name: str, check: Callable[[dict, str], Any] | None = None,
+             options: Callable[[dict, str], None] | None = None,
+             layouts: tuple[str, ...] | None = None) -> Callable[[Callable], Callable]:
+    """Decorator registering ``factory`` as ``kind/name``, with what it declares kept on its ``Entry``.
 
     ``check(options, key)``, if given, runs when the config is checked (before anything is
     built) with the node's options over the factory's defaults: it raises ``ConfigError`` for
     what a signature cannot say (an env constructor's keywords) and may return a ``Footprint``.
+    ``options(node, key)``: rules between the node's options, run with the signature's checks
+    (a class may declare it as its ``check_options`` method). ``layouts``: the agent layouts it
+    handles (a class may declare them as its ``agent_layouts`` attribute; default ``("single",)``).
     """
     if kind not in _REGISTRY:
         raise ValueError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
 
     def deco(factory: Callable) -> Callable:
-        _REGISTRY[kind][name] = Entry(kind, name, factory)
-        if check is not None:
-            factory.config_check = check
+        declared = getattr(factory, "check_options", None) if inspect.isclass(factory) else None
+        entry = Entry(kind, name, factory, check, options or declared,
+                      tuple(layouts or (getattr(factory, "agent_layouts", None) if inspect.isclass(factory)
+                                        else None) or ("single",)))
+        _REGISTRY[kind][name] = _BY_FACTORY[factory] = entry
         return factory
 
     return deco
+
+
+def entry_of(factory: Callable) -> Entry | None:
+    """The registry entry of ``factory`` (None for a ``_target_`` one, which declares nothing)."""
+    return _BY_FACTORY.get(factory)
 
 
 @dataclass(frozen=True)
@@ -96,7 +119,8 @@ class Footprint:
 
 def run_check(factory: Callable, node: dict, key: str) -> Any:
     """Runs the factory's registered config check on ``node`` (over its defaults), if it has one."""
-    check = getattr(factory, "config_check", None)
+    entry = entry_of(factory)
+    check = entry.config_check if entry is not None else None
     if check is None:
         return None
     defaults = {n: p.default for n, p in inspect.signature(factory).parameters.items()
@@ -259,7 +283,7 @@ SUPPLIED_FIX = {
 
 def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = frozenset()) -> dict:
     """Checks config keys and value types against ``factory``'s signature, then the rules between
-    its options that a signature cannot state, if the factory has them as ``check_options(node, key)``.
+    its options that a signature cannot state, if its entry declares them (``register(options=...)``).
 
     ``hidden``: parameters rlrun supplies, left out of the options an error lists.
     """
@@ -282,9 +306,9 @@ def check_kwargs(factory: Callable, node: dict, key: str, hidden: set[str] = fro
         if name in hints:
             node[name] = check_value(value, hints[name], f"{key}.{name}",
                                      params[name].default if name in params else inspect.Parameter.empty)
-    check = getattr(factory, "check_options", None)
-    if callable(check):  # rules between options, or against the machine: check_options(node, key)
-        check(node, key)
+    entry = entry_of(factory)
+    if entry is not None and entry.check_options is not None:  # rules between options, declared at register
+        entry.check_options(node, key)
     return node
 
 

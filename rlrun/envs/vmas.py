@@ -249,7 +249,7 @@ def _footprint(options: dict, key: str) -> Footprint:
                      transition_bytes=agents * (2 * 4 * 4 + 4 * 2))
 
 
-@register("env", "vmas", check=_footprint)
+@register("env", "vmas", check=_footprint, layouts=("group",))
 def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3,
                   max_steps: PositiveInt | None = 100, continuous_actions: bool = True,
                   discrete_actions: Literal[5, 9] = PAPER_DISCRETE_ACTIONS, device: str = "cpu",
@@ -263,7 +263,3 @@ def make_vmas_env(id: str, num_envs: PositiveInt = 60, n_agents: PositiveInt = 3
     return VmasEnv(id, num_envs=num_envs, device=device, continuous_actions=continuous_actions,
                    max_steps=max_steps, n_agents=n_agents, discrete_actions=discrete_actions,
                    **(scenario_kwargs or {}))
-
-
-# the env is an agent group (rlrun.core.agent_groups checks the rest)
-make_vmas_env.agent_layouts = ("group",)

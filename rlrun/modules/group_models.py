@@ -101,7 +101,7 @@ def group_spec(spec: EnvSpec, model: str) -> EnvSpec:
     return spec
 
 
-@register("model", "group_actor_critic")
+@register("model", "group_actor_critic", layouts=("group",))  # rlrun.core.agent_groups
 def group_actor_critic(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                        share_params: bool = True, centralised: bool = True, init_log_std: float = 0.0,
                        orthogonal_init: bool = True) -> GroupPolicy:
@@ -115,7 +115,7 @@ def group_actor_critic(spec: EnvSpec, hidden: Hidden = (256, 256), activation: A
     return GroupPolicy(actor, critic)
 
 
-@register("model", "group_actor_q")
+@register("model", "group_actor_q", layouts=("group",))  # rlrun.core.agent_groups
 def group_actor_q(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                   share_params: bool = False, centralised: bool = True) -> GroupPolicy:
     """Deterministic per-agent actor and Q critic: MADDPG (``centralised: true``, no sharing), IDDPG."""
@@ -130,7 +130,7 @@ def group_actor_q(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activa
     return GroupPolicy(actor, critic)
 
 
-@register("model", "group_qnet")
+@register("model", "group_qnet", layouts=("group",))  # rlrun.core.agent_groups
 def group_qnet(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activation = "tanh",
                share_params: bool = True) -> GroupPolicy:
     """Per-agent Q-network over discrete actions, acting greedily (independent Q-learning, VDN, QMIX)."""
@@ -143,8 +143,3 @@ def group_qnet(spec: EnvSpec, hidden: Hidden = (256, 256), activation: Activatio
     q = GroupMLP(spec.n_agents, spec.observation_shape[0], spec.action_dim, list(hidden), activation,
                  share_params)
     return GroupPolicy(GreedyGroupActor(q), q)
-
-
-# what rlrun.core.agent_groups checks against the env before anything is built
-for _factory in (group_actor_critic, group_actor_q, group_qnet):
-    _factory.agent_layouts = ("group",)

@@ -195,3 +195,17 @@ def test_the_static_index_rlrun_list_reads_matches_the_registry():
 
     stored = [tuple(row) for row in json.loads(files("rlrun.core").joinpath(INDEX).read_text())]
     assert stored == live(builtin_only=True), "stale index: run python -m rlrun.core.component_index"
+
+
+def test_what_a_component_declares_is_kept_on_its_entry_not_on_the_function():
+    """``register(check=, options=, layouts=)`` (or a class's own ``check_options``/``agent_layouts``)
+    lands on the ``Entry``; no registered function carries a side-channel attribute."""
+    assert lookup("env", "vmas").agent_layouts == ("group",)
+    assert lookup("env", "gym").agent_layouts == ("single",)
+    assert lookup("model", "group_qnet").agent_layouts == ("group",)
+    assert lookup("loss", "ppo").agent_layouts == ("single", "group")
+    assert lookup("collector", "multi_sync").check_options is not None
+    assert lookup("hook", "gae").check_options is not None and lookup("env", "gym").config_check is not None
+    for e in entries():
+        if not isinstance(e.factory, type):
+            assert not {"config_check", "check_options", "agent_layouts"} & set(vars(e.factory)), e.name
