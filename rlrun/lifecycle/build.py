@@ -260,7 +260,7 @@ def _dataset(cfg: DictConfig, env: Any, policy: Any) -> Any:
 
 def _check_action_space(loss: Any, spec: Any) -> None:
     space = "discrete" if spec.discrete else "continuous"
-    if space not in getattr(loss, "action_spaces", (space,)):
+    if space not in loss.action_spaces:  # LossModule members: checked when the loss was built
         raise ConfigError(f"the loss {type(loss).__name__} needs {' or '.join(loss.action_spaces)} "
                           f"actions; this env's are {space}", key="algo",
                           fix=f"pick an algorithm for {space} actions (`rlrun list algo`) or another env")
@@ -285,7 +285,7 @@ def _buffer_config(cfg: DictConfig, loss: Any, reads_dataset: bool = False) -> d
     if fpb is None:  # the collector's own check comes later: the buffer is built first
         raise ConfigError("is required but not set", key="collector.frames_per_batch",
                           fix="set collector.frames_per_batch=<env steps per batch> (the presets set it)")
-    if getattr(loss, "on_policy", False):
+    if loss.on_policy:
         if node.get("sampler") != "without_replacement":
             raise ConfigError(
                 f"{type(loss).__name__} learns on-policy from each collected batch, but "
@@ -333,7 +333,7 @@ def _optim_steps(cfg: DictConfig, loss: Any, buffer_cfg: dict, source: Any) -> i
         return math.gcd(OFFLINE_ROUND, *(int(i) for i in intervals if i))
     fpb = cfg.collector.frames_per_batch
     per_frame = cfg.trainer.get("updates_per_frame")
-    if getattr(loss, "on_policy", False):
+    if loss.on_policy:
         if per_frame is not None:
             raise ConfigError("on-policy runs take one pass of minibatches per epoch",
                               key="trainer.updates_per_frame",
