@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+import yaml
 
 from rlrun.core import formats, saved
 from rlrun.core.errors import CheckpointError, RlrunError
@@ -214,6 +215,9 @@ def load(path: str | Path) -> dict[str, Any]:
             config = saved.parse_yaml(state["config"], f"{path} (its config)", key="resume", fix=fix)
             saved.check_fields(config, RUN_CONFIG_SCHEMA, f"{path} (its config)", key="resume", fix=fix,
                                what="an rlrun run config (a YAML mapping)")
+            upgraded = formats.upgrade_config(config)
+            if upgraded != config:  # an older rlrun's spelling: compared and resumed as today's
+                state["config"] = yaml.safe_dump(upgraded, sort_keys=False)
     except saved.SavedFileError as err:
         raise CheckpointError(err.message, key="resume", fix=fix) from None
     if "frames" in state:

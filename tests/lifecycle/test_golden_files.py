@@ -1,0 +1,100 @@
+"""Files an older rlrun saved still load (issue 40 §4): the run directories under tests/golden/<commit>/
+were written by running that commit (tests/golden/README.md says how); today's rlrun evaluates each
+(the return the old run's own final evaluation gave), exports it and resumes it.
+
+A change to a saved format without a migration and a golden file fails here too: every current
+format version has a golden file, and every older golden version has a migration chain.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from cli_utils import run_cli, summary_of
+
+from rlrun.core import formats
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+_PPO = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "buffer.batch_size=64",
+        "trainer.epochs_per_batch=1", "model.hidden=[8]", "eval.episodes=2", "eval.interval_frames=0",
+        "logger=csv",
+        "hooks.gae.every_epoch=true"]  # PPO's preset then: GAE recomputed every epoch (now once a batch)
+_OFF = ["collector.frames_per_batch=100", "collector.init_random_frames=200", "buffer.capacity=400",
+        "buffer.batch_size=32", "model.hidden=[8]", "eval.interval_frames=0", "logger=csv"]
+# DQN on CartPole had no tuned preset then (conf/tuned/dqn_cartpole.yaml): its values then, spelled out
+_DQN_THEN = ["exploration.annealing_frames=25000", "exploration.eps_end=0.05", "optim.lr=0.00025",
+             "hooks.target_update.interval_updates=125", "optim.lr_schedule=constant",
+             "trainer.updates_per_frame=0.25"]
+_MARL = ["env=vmas/navigation", "env.num_envs=2", "env.max_steps=10", "env.n_agents=2",
+         "collector.frames_per_batch=20", "buffer.batch_size=10", "trainer.epochs_per_batch=1",
+         "model.hidden=[8]", "eval.episodes=2", "eval.interval_frames=0", "logger=csv"]
+# run dir -> (the command that continues it, its frames so far, the budget to resume to)
+RUNS = {
+    "837d2f0/ppo": (_PPO, 512, 768),
+    "837d2f0/sac": (["algo=sac", "env=pendulum", *_OFF, "eval.episodes=1"], 400, 500),
+    "837d2f0/dqn": (["algo=dqn", "env=cartpole", *_OFF, "eval.episodes=2", *_DQN_THEN], 400, 500),
+    "176d35c/mappo": (["algo=mappo", *_MARL], 40, 60),
+    "176d35c/ippo": (["algo=ippo", *_MARL], 40, 60),
+    "20c6036/mappo": (["algo=mappo", *_MARL], 40, 60),
+    "20c6036/ippo": (["algo=ippo", *_MARL], 40, 60),
+    "20c6036/ppo": (_PPO, 512, 768),
+}
+DATASETS = ["176d35c/datasets", "20c6036/datasets"]
+GROUP = ("mappo", "ippo")  # a multi-agent policy has no single-env export (rlrun export is single-agent)
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    """The golden run dir copied (rlrun writes eval JSONs and checkpoints into a run dir)."""
+    return Path(shutil.copytree(GOLDEN / name, tmp_path / name.replace("/", "-")))
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("target", ["run dir", "policy.pt"])
+def test_an_older_run_evaluates_to_its_own_final_evaluation(tmp_path, capsys, name, target):
+    run = _copy(tmp_path, name)
+    path = run if target == "run dir" else run / "policy.pt"
+    code, out, err = run_cli(["eval", str(path)], tmp_path, capsys)
+    assert code == 0, err
+    result = json.loads(Path(out.strip().rsplit(" -> ", 1)[1]).read_text())
+    then = summary_of(run)["eval/episode_return"]  # what the commit that wrote it evaluated
+    assert result["frames"] == RUNS[name][1]
+    assert result["mean"] == pytest.approx(then, abs=1e-4), (result, then)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in RUNS if not n.endswith(GROUP)))
+def test_an_older_run_exports(tmp_path, capsys, name):
+    run = _copy(tmp_path, name)
+    code, _, err = run_cli(["export", str(run)], tmp_path, capsys)
+    assert code == 0, err
+    program = torch.export.load(run / "policy.pt2")
+    import rlrun
+
+    pi = rlrun.load(run)
+    obs = torch.zeros(3, *pi.spec.observation_shape)
+    assert torch.equal(program.module()(obs), pi.forward(obs))
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_an_older_run_resumes_from_its_checkpoint(tmp_path, capsys, name):
+    args, frames, budget = RUNS[name]
+    run = _copy(tmp_path, name)
+    code, _, err = run_cli([*args, f"total_frames={budget}", f"hydra.run.dir={run}"], tmp_path, capsys)
+    assert code == 0, err
+    assert f"resuming from frame {frames} of {budget}" in err, err
+    assert summary_of(run)["frames"] == budget
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert state["format_version"] == formats.CURRENT["checkpoint"][1] and state["policy"], sorted(state)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_an_older_dataset_trains_an_offline_run(tmp_path, capsys, name):
+    root = _copy(tmp_path, name)
+    code, _, err = run_cli(["algo=iql", "env=pendulum", "dataset=rlrun/pendulum/medium-replay-v0",
+                            f"dataset_root={root}", "total_updates=4", "model.hidden=[8]", "eval.episodes=1",
+                            "logger=csv", f"hydra.run.dir={tmp_path / 'iql'}"], tmp_path, capsys)
+    assert code == 0, err
+    assert summary_of(tmp_path / "iql")["status"] == "finished"
