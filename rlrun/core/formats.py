@@ -21,7 +21,13 @@ CURRENT: dict[str, tuple[str, int]] = {
     # "policy", and MAPPO/IPPO's loss no longer holds PPO's loss inside it (its "ppo.*" keys)
     "checkpoint": ("format_version", 3),
     "policy": ("policy_format", 1),
+    # 1: summary.json says its format (before: none, read as 0)
+    "summary": ("format_version", 1),
+    # 1: a dataset's metadata.json says its format in rlrun's receipts (minari's own keys untouched)
+    "dataset": ("rlrun.format_version", 1),
 }
+# Kinds whose files were written before they held a version: a file without one is this version.
+UNVERSIONED: dict[str, int] = {"summary": 0, "dataset": 0}
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -47,7 +53,11 @@ def _checkpoint_2_to_3(state: dict[str, Any]) -> dict[str, Any]:
 # was its own component) held the policy's weights only inside the loss, under keys rlrun can no
 # longer map for every family; they are refused with the fix to resume them with the rlrun that
 # wrote them, so no entry for ("checkpoint", 1).
-MIGRATIONS: dict[tuple[str, int], Migration] = {("checkpoint", 2): _checkpoint_2_to_3}
+MIGRATIONS: dict[tuple[str, int], Migration] = {
+    ("checkpoint", 2): _checkpoint_2_to_3,
+    ("summary", 0): lambda state: state,  # 0 -> 1 added the version field only
+    ("dataset", 0): lambda state: state,
+}
 
 
 # Keys a run config gained after rlrun first saved one, each with the value that does what the rlrun
@@ -100,9 +110,28 @@ class FormatError(CheckpointError):
 
 
 def version_of(kind: str, state: Any) -> int | None:
-    key, _ = CURRENT[kind]
-    v = state.get(key) if isinstance(state, dict) else None
+    """The version ``state`` says it has (its field may be dotted: ``rlrun.format_version``);
+    ``UNVERSIONED[kind]`` where a file of a kind that once had no version holds none; else None."""
+    *parents, leaf = CURRENT[kind][0].split(".")
+    for p in parents:
+        state = state.get(p) if isinstance(state, dict) else None
+    if not isinstance(state, dict):
+        return None
+    if leaf not in state and kind in UNVERSIONED:
+        return UNVERSIONED[kind]
+    v = state.get(leaf)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def stamp(kind: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the version of ``kind`` this rlrun writes set in its field (in place)."""
+    *parents, leaf = CURRENT[kind][0].split(".")
+    node = state
+    for p in parents:  # copied: the caller's nested mappings are left as they were
+        node[p] = dict(node[p]) if isinstance(node.get(p), dict) else {}
+        node = node[p]
+    node[leaf] = CURRENT[kind][1]
+    return state
 
 
 def upgrade(kind: str, state: dict[str, Any], source: str | Path, key: str = "path") -> dict[str, Any]:
@@ -124,5 +153,4 @@ def upgrade(kind: str, state: dict[str, Any], source: str | Path, key: str = "pa
                               fix="resume or load it with the rlrun that wrote it, or start afresh")
         state = step(dict(state))
         version += 1
-        state[field] = version
-    return state
+    return stamp(kind, state) if version_of(kind, state) != current else state

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from rlrun.core import formats
 from rlrun.core.errors import RlrunError
 
 MB = 2**20
@@ -190,6 +191,16 @@ def load_json(path: str | Path, key: str = "path", fix: str | None = None) -> An
         return json.loads(text, parse_constant=no_constant)
     except (ValueError, RecursionError) as err:
         raise refuse(path, f"is not JSON ({str(err)[:160]})", fix=fix, key=key) from None
+
+
+def load_summary(path: str | Path, key: str = "path", fix: str | None = None) -> dict[str, Any]:
+    """A run's ``summary.json``: a JSON object, brought to today's summary format (one without a
+    version was written before summaries had one)."""
+    data = check_fields(load_json(path, key, fix), {}, path, key=key, fix=fix)
+    try:
+        return formats.upgrade("summary", data, path, key=key)
+    except formats.FormatError as err:
+        raise SavedFileError(err.message, key=key, fix=fix or err.fix) from None
 
 
 def load_torch(path: str | Path, kind: str, key: str = "path", fix: str | None = None) -> Any:

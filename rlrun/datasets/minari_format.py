@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.core import saved
+from rlrun.core import formats, saved
 from rlrun.core.errors import ConfigError
 
 MAIN_FILE = "main_data.hdf5"
@@ -411,6 +411,7 @@ def write_dataset(dataset_id: str, episodes: Sequence[Episode], observation_spac
         meta["dataset_size"] = round((data / MAIN_FILE).stat().st_size / 1e6, 1)
         meta["rlrun"] = {**(receipts or {}), "sha256": _sha256(data / MAIN_FILE),
                          "gymnasium_version": gym.__version__, "h5py_version": h5py.__version__}
+        formats.stamp("dataset", meta)
         (data / METADATA_FILE).write_text(json.dumps(meta))
         if final.exists():
             shutil.rmtree(final)
@@ -444,7 +445,11 @@ def _load_metadata(path: Path) -> dict[str, Any]:
     except saved.SavedFileError as err:  # unreadable, not UTF-8, not JSON, NaN
         why = err.message.splitlines()[0][:160]
         raise _bad_metadata(f"cannot be read as JSON ({why})", str(path)) from None
-    return check_metadata(meta, str(path))
+    meta = check_metadata(meta, str(path))
+    try:  # one written before datasets held a version reads as format 0
+        return formats.upgrade("dataset", meta, path, key="dataset")
+    except formats.FormatError as err:
+        raise ConfigError(err.message, key="dataset", fix=err.fix) from None
 
 
 def _unreadable(path: Path, err: BaseException) -> ConfigError:

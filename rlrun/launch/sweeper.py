@@ -166,8 +166,7 @@ class OptunaSweeperBase(Sweeper):
             choices = {k: str(ret.hydra_cfg.hydra.runtime.choices.get(k)) for k in ("algo", "env")}
             run_dirs.append(str(run_dir))
             try:
-                summary = saved.check_fields(saved.load_json(run_dir / "summary.json"), {},
-                                             run_dir / "summary.json")
+                summary = saved.load_summary(run_dir / "summary.json")
             except saved.SavedFileError as err:
                 problems.append(f"seed {seed}: no summary ({err.message})")
                 continue

@@ -124,7 +124,7 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def _summary_status(run_dir: Path) -> str | None:
     try:
-        return str(saved.load_json(run_dir / "summary.json").get("status"))
+        return str(saved.load_summary(run_dir / "summary.json").get("status"))
     except (saved.SavedFileError, AttributeError):
         return None
 

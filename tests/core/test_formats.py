@@ -11,14 +11,14 @@ from rlrun.core import formats
 
 # The versions the golden files and migrations were made for. Bumping a format in
 # rlrun.core.formats.CURRENT without adding its migration (and updating this list) fails here.
-PINNED = {"checkpoint": 3, "policy": 1}
+PINNED = {"checkpoint": 3, "policy": 1, "summary": 1, "dataset": 1}
 
 
 def test_every_saved_format_is_pinned_and_each_older_version_is_migrated_or_refused_on_purpose():
     assert {k: v for k, (_, v) in formats.CURRENT.items()} == PINNED, (
         "a saved format changed: add a migration to rlrun.core.formats.MIGRATIONS and golden files")
     for kind, (_, current) in formats.CURRENT.items():
-        for old in range(1, current):
+        for old in range(formats.UNVERSIONED.get(kind, 1), current):
             refused_on_purpose = (kind, old) == ("checkpoint", 1)
             assert (kind, old) in formats.MIGRATIONS or refused_on_purpose, (kind, old)
 
@@ -63,3 +63,18 @@ def test_an_older_config_reads_in_todays_spelling():
     assert old["loss"] == {"name": "marl_ppo"}  # the caller's mapping is left as it was
     vmas = formats.upgrade_config({"env": {"name": "vmas"}})
     assert "reward_scale" not in vmas["env"]
+
+
+@pytest.mark.parametrize("kind", ["summary", "dataset"])
+def test_a_file_from_before_versions_reads_as_format_0_and_is_brought_forward(kind):
+    field = formats.CURRENT[kind][0]
+    new = formats.upgrade(kind, {"status": "finished", "rlrun": {"seed": 0}}, "f.json")
+    assert formats.version_of(kind, new) == PINNED[kind]
+    assert new["rlrun"]["seed"] == 0 and (kind != "dataset" or new["rlrun"][field.split(".")[1]] == 1)
+    with pytest.raises(formats.FormatError, match="newer rlrun"):
+        formats.upgrade(kind, _at(kind, PINNED[kind] + 1), "f.json")
+
+
+def _at(kind: str, version: int) -> dict:
+    *parents, leaf = formats.CURRENT[kind][0].split(".")
+    return {parents[0]: {leaf: version}} if parents else {leaf: version}

@@ -98,3 +98,33 @@ def test_an_older_dataset_trains_an_offline_run(tmp_path, capsys, name):
                             "logger=csv", f"hydra.run.dir={tmp_path / 'iql'}"], tmp_path, capsys)
     assert code == 0, err
     assert summary_of(tmp_path / "iql")["status"] == "finished"
+
+
+def test_an_older_finished_run_reads_its_summary_and_a_newer_one_is_refused(tmp_path, capsys):
+    """summary.json from before it held a version is read as format 0; one of a newer format is one
+    line (rerunning a finished run reads its summary)."""
+    args, frames, _ = RUNS["20c6036/ppo"]
+    run = _copy(tmp_path, "20c6036/ppo")
+    assert "format_version" not in summary_of(run)
+    code, _, err = run_cli([*args, f"total_frames={frames}", f"hydra.run.dir={run}"], tmp_path, capsys)
+    assert code == 0 and "already finished" in err, err
+    summary = summary_of(run)
+    (run / "summary.json").write_text(json.dumps({**summary, "format_version": 99}))
+    code, _, err = run_cli([*args, f"total_frames={frames}", f"hydra.run.dir={run}"], tmp_path, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert "newer rlrun" in lines[-2] and "summary.json" in lines[-2] and "upgrade" in lines[-1], err
+
+
+def test_a_dataset_of_a_newer_format_is_refused_in_one_line(tmp_path, capsys):
+    root = _copy(tmp_path, "20c6036/datasets")
+    meta_path = root / "rlrun/pendulum/medium-replay-v0/data/metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["rlrun"]["format_version"] = 99
+    meta_path.write_text(json.dumps(meta))
+    code, _, err = run_cli(["algo=iql", "env=pendulum", "dataset=rlrun/pendulum/medium-replay-v0",
+                            f"dataset_root={root}", "total_updates=4", "logger=csv",
+                            f"hydra.run.dir={tmp_path / 'iql'}"], tmp_path, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "newer rlrun" in lines[0] and "metadata.json" in lines[0], err
