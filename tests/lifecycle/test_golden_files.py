@@ -19,10 +19,10 @@ from cli_utils import run_cli, summary_of
 from rlrun.core import formats
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-_PPO = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "buffer.batch_size=64",
-        "trainer.epochs_per_batch=1", "model.hidden=[8]", "eval.episodes=2", "eval.interval_frames=0",
-        "logger=csv",
-        "hooks.gae.every_epoch=true"]  # PPO's preset then: GAE recomputed every epoch (now once a batch)
+_PPO_NOW = ["algo=ppo", "env=cartpole", "collector.frames_per_batch=256", "buffer.batch_size=64",
+            "trainer.epochs_per_batch=1", "model.hidden=[8]", "eval.episodes=2", "eval.interval_frames=0",
+            "logger=csv"]
+_PPO = [*_PPO_NOW, "hooks.gae.every_epoch=true"]  # PPO's preset then: GAE every epoch (now once a batch)
 _OFF = ["collector.frames_per_batch=100", "collector.init_random_frames=200", "buffer.capacity=400",
         "buffer.batch_size=32", "model.hidden=[8]", "eval.interval_frames=0", "logger=csv"]
 # DQN on CartPole had no tuned preset then (conf/tuned/dqn_cartpole.yaml): its values then, spelled out
@@ -42,8 +42,10 @@ RUNS = {
     "20c6036/mappo": (["algo=mappo", *_MARL], 40, 60),
     "20c6036/ippo": (["algo=ippo", *_MARL], 40, 60),
     "20c6036/ppo": (_PPO, 512, 768),
+    "4dece35/ppo": (_PPO_NOW, 512, 768),  # checkpoint 3, summary 1: the formats of today
+    "4dece35/mappo": (["algo=mappo", *_MARL], 40, 60),
 }
-DATASETS = ["176d35c/datasets", "20c6036/datasets"]
+DATASETS = ["176d35c/datasets", "20c6036/datasets", "4dece35/datasets"]
 GROUP = ("mappo", "ippo")  # a multi-agent policy has no single-env export (rlrun export is single-agent)
 
 
@@ -128,3 +130,29 @@ def test_a_dataset_of_a_newer_format_is_refused_in_one_line(tmp_path, capsys):
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "newer rlrun" in lines[0] and "metadata.json" in lines[0], err
+
+
+_FILES = {"checkpoint": "*/*/checkpoint.pt", "policy": "*/*/policy.pt", "summary": "*/*/summary.json",
+          "dataset": "*/datasets/**/data/metadata.json"}
+
+
+def _golden_versions(kind: str) -> set[int | None]:
+    def read(p: Path):
+        return torch.load(p, weights_only=True) if p.suffix == ".pt" else json.loads(p.read_text())
+
+    return {formats.version_of(kind, read(p)) for p in GOLDEN.glob(_FILES[kind])}
+
+
+@pytest.mark.parametrize("kind", sorted(formats.CURRENT))
+def test_each_current_format_has_a_golden_file_and_each_older_one_a_migration_chain(kind):
+    """The CI rule: bumping a saved format in rlrun.core.formats.CURRENT (or adding a kind) needs a
+    golden file written at the new version (tests/golden/<commit>/, README) and a migration from
+    every older golden version."""
+    assert kind in _FILES, f"a new saved kind {kind!r}: say where its golden files are in _FILES"
+    versions, current = _golden_versions(kind), formats.CURRENT[kind][1]
+    assert None not in versions, f"a golden {kind} file holds no readable version"
+    assert current in versions, f"no golden {kind} of format {current} under {GOLDEN}: add one (README)"
+    for old in versions:
+        assert old <= current, f"a golden {kind} of format {old} is newer than this rlrun's {current}"
+        missing = [v for v in range(old, current) if (kind, v) not in formats.MIGRATIONS]
+        assert not missing, f"{kind} format {old} has no migration from {missing} to {current}"
