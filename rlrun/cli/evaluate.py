@@ -26,6 +26,7 @@ import torch
 
 from rlrun.core.checkpoint import atomic_write_text
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.core.runfiles import check_file, check_tree
 from rlrun.lifecycle.load import find_checkpoint, read, restore
 from rlrun.trainer.builtins import EVAL_SEED_OFFSET
 from rlrun.trainer.evaluation import Evaluator
@@ -69,6 +70,8 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         evaluator = Evaluator(env, episodes, seed, device=str(dev))
         if video:
             folder = out.with_name(f"{out.stem}-videos")
+            check_file(folder, key="out")  # the recorder writes its MP4s there by name: no links
+            check_tree(folder, key="out")
             record(env, folder, [int(q) for q in evaluator.quota])
         if deterministic:
             act = policy.act
