@@ -57,6 +57,8 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         torch.set_num_threads(int(cfg.threads))  # as the run evaluated: same kernels, same numbers
     mode = "deterministic" if deterministic else "stochastic"
     stem = f"frame{state['frames']}-seed{seed}-{mode}-{episodes}ep"
+    if not out:  # the run dir's own eval/: a link there would put the JSON (and videos) elsewhere
+        check_file(file.parent / "eval", key="out")
     out = (Path(out) if out else file.parent / "eval" / f"{stem}.json").resolve()
     num_envs = min(episodes, int(cfg.eval.max_envs))
     videos: list[str] = []

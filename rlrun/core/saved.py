@@ -187,8 +187,15 @@ def load_json(path: str | Path, key: str = "path", fix: str | None = None) -> An
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
 
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:  # which one counts differs between readers: refused, not guessed
+            raise ValueError(f"the key {twice!r} appears twice in one object")
+        return dict(pairs)
+
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError) as err:
         raise refuse(path, f"is not JSON ({str(err)[:160]})", fix=fix, key=key) from None
 

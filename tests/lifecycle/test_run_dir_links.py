@@ -200,3 +200,15 @@ def test_the_sweep_files_refuse_links(tmp_path):
     (tmp_path / f".status.json.tmp-{os.getpid()}").symlink_to(outside)
     update_status(tmp_path / "status.json", state="RUNNING")
     assert _untouched(outside, before)
+
+
+def test_eval_refuses_a_link_as_the_run_dirs_eval_folder(trained, tmp_path, capsys):
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    (run_dir / "eval").symlink_to(elsewhere, target_is_directory=True)
+    code, _, err = run_cli(["eval", str(run_dir)], tmp_path, capsys)
+    assert code == 2, err
+    _one_line(err, "eval")
+    assert not any(elsewhere.iterdir())
