@@ -26,6 +26,7 @@ import torch
 
 from rlrun.core.checkpoint import atomic_write_text
 from rlrun.core.errors import ConfigError, RlrunError, did_you_mean
+from rlrun.core.runfiles import check_file, check_tree
 from rlrun.lifecycle.load import find_checkpoint, read, restore
 from rlrun.trainer.builtins import EVAL_SEED_OFFSET
 from rlrun.trainer.evaluation import Evaluator
@@ -56,6 +57,8 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         torch.set_num_threads(int(cfg.threads))  # as the run evaluated: same kernels, same numbers
     mode = "deterministic" if deterministic else "stochastic"
     stem = f"frame{state['frames']}-seed{seed}-{mode}-{episodes}ep"
+    if not out:  # the run dir's own eval/: a link there would put the JSON (and videos) elsewhere
+        check_file(file.parent / "eval", key="out")
     out = (Path(out) if out else file.parent / "eval" / f"{stem}.json").resolve()
     num_envs = min(episodes, int(cfg.eval.max_envs))
     videos: list[str] = []
@@ -69,6 +72,8 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         evaluator = Evaluator(env, episodes, seed, device=str(dev))
         if video:
             folder = out.with_name(f"{out.stem}-videos")
+            check_file(folder, key="out")  # the recorder writes its MP4s there by name: no links
+            check_tree(folder, key="out")
             record(env, folder, [int(q) for q in evaluator.quota])
         if deterministic:
             act = policy.act

@@ -21,6 +21,7 @@ import torch
 
 from rlrun.core.checkpoint import atomic_write
 from rlrun.core.errors import ConfigError, RlrunError
+from rlrun.core.runfiles import check_file
 from rlrun.lifecycle.load import LoadedPolicy, find_checkpoint, load
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
@@ -41,6 +42,7 @@ def export(path: str | Path, fmt: str = "pt2", out: str | Path | None = None,
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise ConfigError(f"cannot write {out}: {out.parent} is not a writable directory", key="--out",
                           fix="give a file path in an existing, writable directory")
+    check_file(out, key="--out")  # ONNX: torch's exporter opens the path itself (a link is followed)
     pi = load(src, device="cpu", trust_code=trust_code)
     batch = torch.export.Dim("batch")
     if fmt == "pt2":

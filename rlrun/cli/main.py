@@ -30,6 +30,7 @@ from rlrun.lifecycle.compose import (
     quote_paths,
     register_resolvers,
 )
+from rlrun.lifecycle.multirun_check import check_multirun
 
 
 def use_huge_pages_for_large_tensors() -> None:
@@ -106,6 +107,7 @@ def _main(argv: list[str], command: bool = False) -> int:
     if not info_only:
         try:
             precheck(argv)
+            check_multirun(argv)  # every job's values, and the sweep dir, before any job starts
         except RlrunError as err:
             from rlrun.cli.single import config_error
 

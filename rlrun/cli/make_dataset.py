@@ -115,7 +115,7 @@ def dataset_id(env: str, kind: str, version: int = 0) -> str:
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
-    return saved.check_fields(saved.load_json(path), {}, path) if path.is_file() else None
+    return saved.load_summary(path) if path.is_file() else None
 
 
 def _reached(summary: dict[str, Any] | None, threshold: float | None) -> bool:

@@ -23,8 +23,9 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+import yaml
 
-from rlrun.core import formats, saved
+from rlrun.core import formats, runfiles, saved
 from rlrun.core.errors import CheckpointError, RlrunError
 
 FORMAT_VERSION = formats.CURRENT["checkpoint"][1]
@@ -92,7 +93,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], key: str =
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # rundir.remove_stale_temp_files' pattern
     try:
-        with open(tmp, "wb") as f:
+        tmp.unlink(missing_ok=True)  # a stale temp file (or a link planted in its name) goes first
+        with runfiles.open_write(tmp, "wb", key=key) as f:  # and a link made since is refused
             sink = _Sink(f)
             write(sink)
             if sink.failed is not None:  # a writer that swallowed the error must not pass for written
@@ -214,6 +216,9 @@ def load(path: str | Path) -> dict[str, Any]:
             config = saved.parse_yaml(state["config"], f"{path} (its config)", key="resume", fix=fix)
             saved.check_fields(config, RUN_CONFIG_SCHEMA, f"{path} (its config)", key="resume", fix=fix,
                                what="an rlrun run config (a YAML mapping)")
+            upgraded = formats.upgrade_config(config)
+            if upgraded != config:  # an older rlrun's spelling: compared and resumed as today's
+                state["config"] = yaml.safe_dump(upgraded, sort_keys=False)
     except saved.SavedFileError as err:
         raise CheckpointError(err.message, key="resume", fix=fix) from None
     if "frames" in state:

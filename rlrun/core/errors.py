@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
+
+
+def visible(text: str) -> str:
+    """``text`` with control, format (bidi overrides such as U+202E) and separator characters shown
+    as escapes (``\\u202e``), so that a hostile name cannot reorder or hide what a terminal shows.
+    Line breaks stay: some messages hold several lines (each is escaped alike)."""
+    out = []
+    for ch in str(text):
+        if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 class RlrunError(Exception):
@@ -22,8 +36,8 @@ class RlrunError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"{self.key}: {self.message}" if self.key else self.message
-        return f"{head}\n  fix: {self.fix}" if self.fix else head
+        head = f"{self.key}: {self.message}" if self.key else str(self.message)
+        return visible(f"{head}\n  fix: {self.fix}" if self.fix else head)
 
 
 class ConfigError(RlrunError):

@@ -63,6 +63,19 @@ def check_tree(root: str | Path, key: str = "hydra.run.dir") -> None:
                 raise _refuse(path, what, key)
 
 
+def check_file(path: str | Path, key: str = "hydra.run.dir") -> Path:
+    """Refuses ``path`` if it is a link or a non-regular file (a missing one is fine): the check right
+    before a writer that opens the path itself (torch's ONNX exporter, a library's file)."""
+    path = Path(path)
+    try:
+        what = _what(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return path
+    if what:
+        raise _refuse(path, what, key)
+    return path
+
+
 def open_write(path: str | Path, mode: str = "a", key: str = "hydra.run.dir", **kwargs) -> IO:
     """``open(path, mode)`` for writing that refuses a link (``O_NOFOLLOW``) or a non-regular file,
     creating nothing and truncating nothing when it refuses (the truncation of ``"w"`` happens only

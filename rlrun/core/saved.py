@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from rlrun.core import formats
 from rlrun.core.errors import RlrunError
 
 MB = 2**20
@@ -186,10 +187,27 @@ def load_json(path: str | Path, key: str = "path", fix: str | None = None) -> An
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
 
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:  # which one counts differs between readers: refused, not guessed
+            raise ValueError(f"the key {twice!r} appears twice in one object")
+        return dict(pairs)
+
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError) as err:
         raise refuse(path, f"is not JSON ({str(err)[:160]})", fix=fix, key=key) from None
+
+
+def load_summary(path: str | Path, key: str = "path", fix: str | None = None) -> dict[str, Any]:
+    """A run's ``summary.json``: a JSON object, brought to today's summary format (one without a
+    version was written before summaries had one)."""
+    data = check_fields(load_json(path, key, fix), {}, path, key=key, fix=fix)
+    try:
+        return formats.upgrade("summary", data, path, key=key)
+    except formats.FormatError as err:
+        raise SavedFileError(err.message, key=key, fix=fix or err.fix) from None
 
 
 def load_torch(path: str | Path, kind: str, key: str = "path", fix: str | None = None) -> Any:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrun.core import saved
+from rlrun.core import formats, runfiles, saved
 from rlrun.core.errors import ConfigError
 
 MAIN_FILE = "main_data.hdf5"
@@ -323,7 +323,8 @@ def _ensure_namespaces(root: Path, namespace: str | None) -> None:
         d = root.joinpath(*parts[:i])
         d.mkdir(parents=True, exist_ok=True)
         if not (d / NAMESPACE_METADATA_FILE).exists():
-            (d / NAMESPACE_METADATA_FILE).write_text("{}")
+            with runfiles.open_write(d / NAMESPACE_METADATA_FILE, "w", key="root") as f:
+                f.write("{}")
 
 
 def _write_episode(group, ep: Episode, i: int, obs_dtype: np.dtype, act_dtype: np.dtype) -> None:
@@ -378,6 +379,9 @@ def write_dataset(dataset_id: str, episodes: Sequence[Episode], observation_spac
         raise ValueError("a dataset needs at least one episode")
     root = dataset_root(root)
     final = root / dataset_id
+    runfiles.check_tree(root / (namespace or ""), key="root")  # a link would be written through
+    if final.is_symlink():
+        runfiles.check_file(final, key="root")
     if final.exists() and not overwrite:
         raise ConfigError(f"dataset {dataset_id} already exists at {final}", key="dataset",
                           fix="bump the version (-v<k+1>) or pass overwrite")
@@ -411,6 +415,7 @@ def write_dataset(dataset_id: str, episodes: Sequence[Episode], observation_spac
         meta["dataset_size"] = round((data / MAIN_FILE).stat().st_size / 1e6, 1)
         meta["rlrun"] = {**(receipts or {}), "sha256": _sha256(data / MAIN_FILE),
                          "gymnasium_version": gym.__version__, "h5py_version": h5py.__version__}
+        formats.stamp("dataset", meta)
         (data / METADATA_FILE).write_text(json.dumps(meta))
         if final.exists():
             shutil.rmtree(final)
@@ -444,7 +449,11 @@ def _load_metadata(path: Path) -> dict[str, Any]:
     except saved.SavedFileError as err:  # unreadable, not UTF-8, not JSON, NaN
         why = err.message.splitlines()[0][:160]
         raise _bad_metadata(f"cannot be read as JSON ({why})", str(path)) from None
-    return check_metadata(meta, str(path))
+    meta = check_metadata(meta, str(path))
+    try:  # one written before datasets held a version reads as format 0
+        return formats.upgrade("dataset", meta, path, key="dataset")
+    except formats.FormatError as err:
+        raise ConfigError(err.message, key="dataset", fix=err.fix) from None
 
 
 def _unreadable(path: Path, err: BaseException) -> ConfigError:

@@ -21,6 +21,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
+from rlrun.core import runfiles
 from rlrun.launch.status import FINAL_STATES, now, read_status, update_status
 from rlrun.launch.submitit_launch import JobInterrupted, SubmititLauncher, available_cpus
 
@@ -36,7 +37,7 @@ def claim(queue: Path, n_jobs: int, close: bool = False) -> int | None:
 
     ``close`` marks every job as taken (after Ctrl-C no worker starts another one).
     """
-    with open(queue, "a+") as f:
+    with runfiles.open_write(queue, "a+", key="hydra.sweep.dir") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         taken = int(f.read().strip() or 0)
@@ -122,7 +123,8 @@ class LocalLauncherBase(SubmititLauncher):
         executor = self._executor()
         n_workers = min(len(params), max(1, int(self.options.get("max_parallel") or available_cpus())))
         queue = Path(str(self.config.hydra.sweep.dir)).resolve() / f".queue-{time.time_ns()}"
-        queue.write_text("0")
+        with runfiles.open_write(queue, "w", key="hydra.sweep.dir") as f:
+            f.write("0")
         workers = [executor.submit(LocalWorker(self, params, str(queue))) for _ in range(n_workers)]
         try:
             self._wait(workers, queue, len(params))

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlrun.core import saved
+from rlrun.core import runfiles, saved
 
 STATUS_FILE = "job.json"
 FINAL_STATES = ("COMPLETED", "FAILED", "INTERRUPTED")
@@ -51,7 +51,7 @@ def update_status(path: Path, fresh: bool = False, **fields: Any) -> dict[str, A
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+    with runfiles.open_write(path.with_name(f".{path.name}.lock"), "a", key="hydra.sweep.dir") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the job and the launcher may write at the same moment
         data = {} if fresh else read_status(path)
         if_unset = fields.pop("if_unset_state", None)
@@ -63,7 +63,9 @@ def update_status(path: Path, fresh: bool = False, **fields: Any) -> dict[str, A
         data.update(fields)
         data["updated_at"] = now()
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.unlink(missing_ok=True)
+        with runfiles.open_write(tmp, "w", key="hydra.sweep.dir") as f:
+            f.write(json.dumps(data, indent=2, default=str))
         os.replace(tmp, path)  # readers never see a half-written file
     return data
 

@@ -75,7 +75,7 @@ def _summary_fields(run_dir: Path | None) -> dict[str, Any]:
     if run_dir is None:
         return {}
     try:
-        summary = saved.check_fields(saved.load_json(run_dir / "summary.json"), {}, run_dir / "summary.json")
+        summary = saved.load_summary(run_dir / "summary.json")
     except saved.SavedFileError:
         return {}
     keys = ("status", "frames", "total_frames", "stop_reason", "eval/episode_return", "mlflow_run_id")

@@ -28,7 +28,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.core import saved
+from rlrun.core import runfiles, saved
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def open_parent(sweep_dir: Path, target: dict[str, str], tags: dict[str, str]) -
     else a new run. Several drivers of one sweep directory take turns (a file lock)."""
     sweep_dir = Path(sweep_dir).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / f".{GROUP_FILE}.lock", "a") as lock:
+    with runfiles.open_write(sweep_dir / f".{GROUP_FILE}.lock", "a", key="hydra.sweep.dir") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         known = read_group(sweep_dir).get("mlflow") or {}
         client, exp_id = open_experiment(target)
@@ -108,7 +108,9 @@ def open_parent(sweep_dir: Path, target: dict[str, str], tags: dict[str, str]) -
             "parent_run_id": run.info.run_id, "tracking_uri": target["tracking_uri"],
             "experiment": target["experiment"]}}
         tmp = sweep_dir / f".{GROUP_FILE}.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(record, indent=2))
+        tmp.unlink(missing_ok=True)
+        with runfiles.open_write(tmp, "w", key="hydra.sweep.dir") as f:
+            f.write(json.dumps(record, indent=2))
         os.replace(tmp, sweep_dir / GROUP_FILE)
         return run.info.run_id
 

@@ -28,7 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.core import saved
+from rlrun.core import runfiles, saved
 from rlrun.core.errors import ConfigError
 from rlrun.launch.study import (
     STUDY_ATTR,
@@ -114,7 +114,9 @@ class OptunaSweeperBase(Sweeper):
             raise ConfigError("no seeds", key="hydra.sweeper.seeds", fix="e.g. hydra.sweeper.seeds=[0,1]")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        runfiles.check_tree(sweep_dir, key="hydra.sweep.dir")  # a link in it would be written through
+        with runfiles.open_write(sweep_dir / "multirun.yaml", "w", key="hydra.sweep.dir") as f:
+            f.write(OmegaConf.to_yaml(self.config))
         base = self._base_overrides(arguments)
         dists = distributions(c.params)
         storage_url = c.storage or f"sqlite:///{sweep_dir / 'study.db'}"
@@ -166,8 +168,7 @@ class OptunaSweeperBase(Sweeper):
             choices = {k: str(ret.hydra_cfg.hydra.runtime.choices.get(k)) for k in ("algo", "env")}
             run_dirs.append(str(run_dir))
             try:
-                summary = saved.check_fields(saved.load_json(run_dir / "summary.json"), {},
-                                             run_dir / "summary.json")
+                summary = saved.load_summary(run_dir / "summary.json")
             except saved.SavedFileError as err:
                 problems.append(f"seed {seed}: no summary ({err.message})")
                 continue
@@ -207,7 +208,9 @@ class OptunaSweeperBase(Sweeper):
                 "run_dirs": run_dirs, "config": str(Path(run_dirs[0]) / "config.yaml") if run_dirs else None,
                 "trials": states}
         tmp = sweep_dir / f".best.yaml.tmp-{os.getpid()}"
-        OmegaConf.save(OmegaConf.create(data), tmp)
+        tmp.unlink(missing_ok=True)
+        with runfiles.open_write(tmp, "w", key="hydra.sweep.dir") as f:
+            f.write(OmegaConf.to_yaml(OmegaConf.create(data)))
         os.replace(tmp, sweep_dir / "best.yaml")
         log.info(f"best so far: trial {best.number} ({best.value:.4g}) {best.params}; rerun it with "
                  f"`python -m rlrun.launch best {sweep_dir}`")

@@ -138,7 +138,7 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def _summary_status(run_dir: Path) -> str | None:
     try:
-        return str(saved.load_json(run_dir / "summary.json").get("status"))
+        return str(saved.load_summary(run_dir / "summary.json").get("status"))
     except (saved.SavedFileError, AttributeError):
         return None
 
@@ -188,6 +188,7 @@ def read(path: str | Path, trust_code: bool = False) -> tuple[dict[str, Any], Di
                                   key="path", fix="give the run directory that the checkpoint was written in")
         node = saved.check_fields(saved.parse_yaml(text, source, fix=fix), RUN_CONFIG_SCHEMA, source,
                                   fix=fix, what="an rlrun run config (a YAML mapping)")
+        node = formats.upgrade_config(node)  # an older rlrun's spelling, read as today's
         cfg = OmegaConf.create(node)
     except saved.SavedFileError as err:
         raise CheckpointError(err.message, key="path", fix=fix) from None

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlrun.core import checkpoint, saved
+from rlrun.core import checkpoint, formats, saved
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.confighash import SAFE_TO_CHANGE, matches
 from rlrun.core.errors import CheckpointError, ConfigError
@@ -125,8 +125,7 @@ def _already_finished(cfg: DictConfig, run_dir: Path, resume: dict, done: int, u
     say(f"[rlrun] {run_dir} already finished {done} {unit}; "
         f"raise total_{unit} to train on, or use resume=false to start afresh")
     run.closing.close()
-    summary = saved.check_fields(saved.load_json(run_dir / "summary.json", key="resume"), {},
-                                 run_dir / "summary.json", key="resume")
+    summary = saved.load_summary(run_dir / "summary.json", key="resume")
     if resume["run_id"] is not None and summary.get("status") == "finished":
         # a kill between the summary and the tracker's finish() left it RUNNING: finish it
         build("logger", cfg.logger, run_dir=run_dir, run_name=run_dir.name,
@@ -195,6 +194,7 @@ def _summarise(cfg: DictConfig, run_dir: Path, run: Run, status: str) -> dict[st
         "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
                                         if stats.recent_returns else None),
         "mlflow_run_id": _run_id_or_none(logger), "run_dir": str(run_dir),
+        formats.CURRENT["summary"][0]: formats.CURRENT["summary"][1],
     }
     try:
         writer.note_run_id(summary["mlflow_run_id"])

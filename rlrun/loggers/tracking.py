@@ -18,7 +18,7 @@ from typing import Any
 from rlrun.core.contracts import Logger
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import PositiveInt, register
-from rlrun.core.runfiles import open_write
+from rlrun.core.runfiles import check_file, check_tree, open_write
 from rlrun.loggers.journal import JournaledLogger
 from rlrun.loggers.mlflow_logger import MLflowLogger, store_errors
 
@@ -207,6 +207,9 @@ class TensorBoardLogger(Logger):
             aside = set_aside(folder)
             print(f"[rlrun] fresh start: kept the previous {subdir}/ as {aside.name}/", file=sys.stderr)
         purge = resume_step + 1 if resumed and resume_step is not None else None
+        check_tree(folder)
+        if folder.is_symlink():
+            check_file(folder)
         self.writer = SummaryWriter(log_dir=str(folder), flush_secs=flush_secs, purge_step=purge)
 
     def commit(self, step: int) -> None:

@@ -117,3 +117,10 @@ def test_check_fields_names_the_file_and_the_field():
     with pytest.raises(saved.SavedFileError) as err:
         saved.check_fields(["not", "a", "dict"], schema, "c.pt")
     one_line(err.value, "c.pt", "mapping")
+
+
+def test_a_json_object_with_a_key_twice_is_refused(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text('{"status": "finished", "status": "running"}')
+    with pytest.raises(saved.SavedFileError, match="'status' appears twice"):
+        saved.load_json(path)

@@ -103,3 +103,112 @@ def test_the_journal_and_csv_logger_refuse_links(tmp_path):
             logger = CSVLogger(run_dir=d, resumed=True, resume_step=None)
             logger.log_params({"a": 1})
     assert outside.read_text() == "precious\n"
+
+
+def _outside(tmp_path: Path) -> tuple[Path, os.stat_result]:
+    outside = tmp_path / "outside"
+    outside.write_text("precious\n")
+    return outside, outside.stat()
+
+
+def _untouched(outside: Path, before: os.stat_result) -> bool:
+    return outside.read_text() == "precious\n" and outside.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def _one_line(err: str, name: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("rlrun: error:") and name in lines[0], err
+    assert "symbolic link" in lines[0] and "fix:" in lines[1] and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "onnx"])
+def test_export_refuses_a_link_at_its_output(trained, tmp_path, capsys, fmt):
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    outside, before = _outside(tmp_path)
+    (run_dir / f"policy.{fmt}").symlink_to(outside)
+    code, _, err = run_cli(["export", str(run_dir), "--format", fmt], tmp_path, capsys)
+    assert code == 2, err
+    _one_line(err, f"policy.{fmt}")
+    assert _untouched(outside, before)
+
+
+def test_an_atomic_write_never_writes_through_a_link_in_its_temp_files_name(trained, tmp_path, capsys):
+    """checkpoint.atomic_write (checkpoints, policy.pt, summaries, exports, eval JSONs): its temp
+    file's name is predictable (.<name>.tmp-<pid>); a link planted there is removed, not followed."""
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    outside, before = _outside(tmp_path)
+    (run_dir / f".policy.pt2.tmp-{os.getpid()}").symlink_to(outside)
+    code, _, err = run_cli(["export", str(run_dir)], tmp_path, capsys)
+    assert code == 0, err
+    assert _untouched(outside, before) and (run_dir / "policy.pt2").is_file()
+
+
+def test_the_dataset_writer_refuses_links(tmp_path):
+    import gymnasium as gym
+    import numpy as np
+
+    from rlrun.datasets.minari_format import Episode, write_dataset
+
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    ep = Episode(observations=np.zeros((3, 2), np.float32), actions=np.zeros((2, 2), np.float32),
+                 rewards=np.zeros(2), terminations=np.array([False, True]), truncations=np.zeros(2, bool))
+    outside, before = _outside(tmp_path)
+    (tmp_path / "root" / "ns").mkdir(parents=True)
+    (tmp_path / "root" / "ns" / "namespace_metadata.json").symlink_to(outside)
+    with pytest.raises(RlrunError, match="symbolic link"):
+        write_dataset("ns/d-v0", [ep], box, box, root=tmp_path / "root")
+    (tmp_path / "root" / "ns" / "namespace_metadata.json").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "root" / "ns" / "d-v0").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(RlrunError, match="symbolic link"):
+        write_dataset("ns/d-v0", [ep], box, box, root=tmp_path / "root", overwrite=True)
+    assert _untouched(outside, before) and not any(elsewhere.iterdir())
+
+
+def test_tensorboard_refuses_a_link_in_or_as_its_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    from rlrun.loggers.tracking import TensorBoardLogger
+
+    outside, before = _outside(tmp_path)
+    (tmp_path / "a" / "tensorboard").mkdir(parents=True)
+    (tmp_path / "a" / "tensorboard" / "events.out.tfevents.1").symlink_to(outside)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "tensorboard").symlink_to(elsewhere, target_is_directory=True)
+    for run_dir in (tmp_path / "a", tmp_path / "b"):
+        with pytest.raises(RlrunError, match="symbolic link"):
+            TensorBoardLogger(run_dir, resumed=True, resume_step=3)
+    assert _untouched(outside, before) and not any(elsewhere.iterdir())
+
+
+def test_the_sweep_files_refuse_links(tmp_path):
+    """The launcher's status file lock and job queue in a sweep directory (sweep.json's lock and
+    best.yaml go through the same runfiles.open_write)."""
+    from rlrun.launch.local import claim
+    from rlrun.launch.status import update_status
+
+    outside, before = _outside(tmp_path)
+    (tmp_path / ".status.json.lock").symlink_to(outside)
+    with pytest.raises(RlrunError, match="symbolic link"):
+        update_status(tmp_path / "status.json", state="RUNNING")
+    (tmp_path / ".queue-1").symlink_to(outside)
+    with pytest.raises(RlrunError, match="symbolic link"):
+        claim(tmp_path / ".queue-1", 3)
+    (tmp_path / ".status.json.lock").unlink()
+    (tmp_path / f".status.json.tmp-{os.getpid()}").symlink_to(outside)
+    update_status(tmp_path / "status.json", state="RUNNING")
+    assert _untouched(outside, before)
+
+
+def test_eval_refuses_a_link_as_the_run_dirs_eval_folder(trained, tmp_path, capsys):
+    run_dir = Path(shutil.copytree(trained, tmp_path / "run"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    (run_dir / "eval").symlink_to(elsewhere, target_is_directory=True)
+    code, _, err = run_cli(["eval", str(run_dir)], tmp_path, capsys)
+    assert code == 2, err
+    _one_line(err, "eval")
+    assert not any(elsewhere.iterdir())
