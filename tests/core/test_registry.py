@@ -195,3 +195,25 @@ def test_the_static_index_rlrun_list_reads_matches_the_registry():
 
     stored = [tuple(row) for row in json.loads(files("rlrun.core").joinpath(INDEX).read_text())]
     assert stored == live(builtin_only=True), "stale index: run python -m rlrun.core.component_index"
+
+
+def test_a_factorys_check_options_runs_before_it_is_built(isolated_registry):
+    """Rules between options that a signature cannot state (``factory.check_options(node, key)``) are
+    checked by the registry itself, for any factory that declares them, before the factory is called."""
+    built: list = []
+
+    @register("hook", "ordered")
+    def ordered(low: int = 0, high: int = 1):
+        """A hook whose options must be ordered."""
+        built.append((low, high))
+        return (low, high)
+
+    def check(node: dict, key: str) -> None:
+        if node.get("low", 0) >= node.get("high", 1):
+            raise ConfigError("low must be below high", key=f"{key}.low", fix="set low < high")
+
+    ordered.check_options = check
+    with pytest.raises(ConfigError) as err:
+        build("hook", {"name": "ordered", "low": 5, "high": 2}, key="hooks.o")
+    assert err.value.key == "hooks.o.low" and built == []
+    assert build("hook", {"name": "ordered", "low": 1, "high": 2}, key="hooks.o") == (1, 2)

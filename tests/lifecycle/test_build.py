@@ -26,6 +26,9 @@ FAST = ["logger=none", "progress=false", "eval.episodes=2", "eval.interval_frame
     # minibatches that would not cover an on-policy batch
     (["algo=ppo", "trainer.optim_steps_per_epoch=1"], "trainer.optim_steps_per_epoch", ["cover"]),
     (["algo=ppo", "trainer.updates_per_frame=1"], "trainer.updates_per_frame", ["on-policy"]),
+    # an on-policy buffer holds one batch: a larger capacity is refused, not silently used
+    (["algo=ppo", "buffer.capacity=4096", "total_frames=2048"], "buffer.capacity",
+     ["holds one batch (1024 frames), not 4096", "remove buffer.capacity"]),
     # learning would never start within the budget (naming both keys)
     (["algo=td3", "env=halfcheetah", "total_frames=3000"], "total_frames",
      ["never train", "collector.init_random_frames"]),

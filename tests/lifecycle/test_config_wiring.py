@@ -210,3 +210,18 @@ def test_learning_starts_falls_back_to_init_random_frames(init, tmp_path, monkey
     """``trainer.learning_starts: null`` means ``collector.init_random_frames``, 0 included."""
     got = wired([f"collector.init_random_frames={init}"], tmp_path, monkeypatch)
     assert got["learning_starts"] == init
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for CUDA where there is none")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_device_cuda_without_cuda_names_the_key(device):
+    """``device=cuda`` on a machine without CUDA: one line naming ``device`` and the fix, before
+    anything is built (not torch's error at the first tensor moved)."""
+    from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.build import resolve_device
+
+    with pytest.raises(ConfigError) as err:
+        resolve_device(device)
+    assert (err.value.key, err.value.message, err.value.fix) == (
+        "device", "CUDA is not available here", "use device=cpu or auto")
+    assert resolve_device("cpu") == torch.device("cpu")
