@@ -204,3 +204,18 @@ def test_a_policy_file_without_a_config_is_built_from_the_config_yaml_beside_it(
     (tmp_path / "run" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     _, got = read(file)
     assert got.seed == 5
+
+
+def test_a_policy_file_without_its_weights_is_refused_by_the_schema(composed, tmp_path):
+    """The file's ``policy`` field is required: the schema refuses the file in one line (key ``path``)."""
+    from rlrun.lifecycle.load import read
+
+    cfg, policy = composed
+    (tmp_path / "run").mkdir()
+    file = write_policy_file(tmp_path / "run", cfg, policy, frames=7)
+    state = torch.load(file, weights_only=True)
+    del state["policy"]
+    torch.save(state, file)
+    with pytest.raises(CheckpointError) as err:
+        read(file)
+    assert err.value.key == "path" and "policy" in err.value.message
