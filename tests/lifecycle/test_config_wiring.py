@@ -54,6 +54,7 @@ def wired(overrides: list[str], tmp_path: Path, monkeypatch, until: str = "train
 
     ``until="logger"``: on past the Trainer (a stand-in) to the tracker, which the run opens after
     it; the built logger is ``got["logger"]`` (finished again before this returns)."""
+    import rlrun.lifecycle.build as build_mod
     import rlrun.lifecycle.run as run_mod
 
     got: dict[str, Any] = {"factory": {}}
@@ -81,16 +82,17 @@ def wired(overrides: list[str], tmp_path: Path, monkeypatch, until: str = "train
 
         def request_stop(self, reason: str) -> None: ...
 
-    def logged(cfg, run_dir, run, trainer, *args):  # the tracker is open: nothing is trained
-        got["logger"] = trainer.logger
+    def logged(cfg, run_dir, run, *args):  # the tracker is open: nothing is trained
+        got["logger"] = run.logger.opened
         raise _Captured
 
-    def ended(cfg, run_dir, run, trainer, writer, status):  # closes what the tracker opened
-        trainer.logger.finish("FAILED")
+    def ended(cfg, run_dir, run, status):  # closes what the tracker opened
+        if getattr(run.logger, "opened", None) is not None:
+            run.logger.opened.finish("FAILED")
         return {}
 
     monkeypatch.setattr(registry, "resolve_factory", spying)
-    monkeypatch.setattr(run_mod, "Trainer", FakeTrainer)
+    monkeypatch.setattr(build_mod, "Trainer", FakeTrainer)
     monkeypatch.setattr(run_mod, "_train_logged", logged)
     monkeypatch.setattr(run_mod, "_summarise", ended)
     tmp_path.mkdir(parents=True, exist_ok=True)
