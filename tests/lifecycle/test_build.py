@@ -63,3 +63,17 @@ def test_off_policy_updates_follow_updates_per_frame(tmp_path, capsys):
     assert code == 0, err
     # learning from frame 1000: batches 10, 11, 12 each give ceil(100 * 0.25) = 25 updates
     assert summary_of(tmp_path / "r")["optim_steps"] == 75
+
+
+def test_the_action_space_check_refuses_alone():
+    """The builder's own action-space guard, called directly (the loss's later failure is another line)."""
+    from types import SimpleNamespace
+
+    from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.build import _check_action_space
+
+    loss = SimpleNamespace(action_spaces=("discrete",))
+    _check_action_space(loss, SimpleNamespace(discrete=True))
+    with pytest.raises(ConfigError) as err:
+        _check_action_space(loss, SimpleNamespace(discrete=False))
+    assert err.value.key == "algo" and "continuous" in err.value.message
