@@ -1,9 +1,13 @@
 """One comparison figure per env: every cell (algorithm, config) of that env on shared axes.
 
 Left, the IQM of the evaluation return over frames with a 95% percentile-bootstrap band
-over seeds; right, the performance profile of the final returns (the fraction of runs
-scoring above each threshold) with its bootstrap band. Both follow Agarwal et al. 2021;
-the statistics are those of ``stats`` (scipy), each cell resampled on its own.
+over seeds: seeds are interpolated linearly onto a common frame grid, and the solid line
+and band cover the frames every seed of the cell has evaluations around (dotted, without a
+band, where a seed has not started or has ended; ``axes.draw_over_seeds``). Right, the
+performance profile of the final returns (the fraction of runs scoring above each
+threshold) with its pointwise bootstrap interval as dashed edges, for cells of
+``PROFILE_BAND_MIN_RUNS`` runs or more. Both follow Agarwal et al. 2021; the statistics are
+those of ``stats`` (scipy), each cell resampled on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from rlrun.report.table import Cell, Report
 
 GRID_POINTS = 100
 PROFILE_POINTS = 101
+# Below this many runs the 95% percentile-bootstrap interval of the fraction of runs above a threshold
+# is [0, 1] wherever that fraction is 1/2 (a resample puts every run on one side with probability
+# 2 * 0.5^n >= 2.5% for n <= 5), and near it: a band over the whole plot that says nothing. Smaller
+# cells get no band (the figure's title says so).
+PROFILE_BAND_MIN_RUNS = 6
 
 
 def cell_env(cell: Cell) -> str | None:
@@ -72,7 +81,16 @@ def _label(cell: Cell, env: str) -> str:
 def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path:
     """Writes the comparison figure of one env's cells to ``path`` (PNG)."""
     fig = Figure(figsize=(11, 4.2), dpi=100, layout="constrained")
-    from rlrun.report.axes import mpl_text
+    draw_comparison(fig, env, cells, title)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, format="png")
+    return path
+
+
+def draw_comparison(fig: Figure, env: str, cells: list[Cell], title: str) -> tuple:
+    """Draws the IQM curves (left) and the performance profile (right) of one env's cells on ``fig``;
+    returns the two axes."""
+    from rlrun.report.axes import draw_over_seeds, mpl_text
 
     fig.suptitle(f"{mpl_text(title)}: {mpl_text(env)}", fontsize=11)
     curve_ax, profile_ax = fig.subplots(1, 2)
@@ -86,17 +104,15 @@ def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path
             if not any(len(s) for s, _ in cell_runs):
                 continue
             point, low, high, count = iqm_curve(cell_runs, grid)
-            curve_ax.plot(grid, point, color=color, linewidth=1.8,
-                          label=f"{_label(cell, env)} (n={cell.seeds})")
-            if count.max() >= 2:
-                curve_ax.fill_between(grid, low, high, where=count >= 2, color=color, alpha=0.2,
-                                      linewidth=0)
+            draw_over_seeds(curve_ax, grid, point, low, high, count, color,
+                            f"{_label(cell, env)} (n={cell.seeds})")
         curve_ax.set_xlabel("frames")
         curve_ax.set_ylabel("IQM eval/episode_return")
         curve_ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: frames(x)))
         curve_ax.grid(alpha=0.3)
         curve_ax.legend(fontsize=8, loc="best")
-        curve_ax.set_title("IQM over seeds, 95% bootstrap CI", fontsize=10)
+        curve_ax.set_title("IQM over seeds, 95% bootstrap CI (seeds interpolated on a common\n"
+                           "frame grid; dotted where not every seed has evaluations)", fontsize=9)
     else:
         _no_data(curve_ax)
     finals = [c.runs["final_return"].to_numpy(dtype=float) for c in cells]
@@ -112,20 +128,23 @@ def plot_comparison(env: str, cells: list[Cell], path: Path, title: str) -> Path
             above = (scores[:, None] > taus[None, :]).astype(float)  # (runs, taus)
             profile_ax.step(taus, stats.profile(scores, taus), where="post", color=color, linewidth=1.8,
                             label=f"{_label(cell, env)} (n={len(scores)})")
-            if len(scores) >= 2:
-                low, high = stats.bootstrap_ci(above, np.mean)
-                profile_ax.fill_between(taus, low, high, step="post", color=color, alpha=0.2, linewidth=0)
+            if len(scores) >= PROFILE_BAND_MIN_RUNS:
+                # the band's edges, not a fill: a pointwise interval of a fraction of a few runs spans
+                # most of [0, 1] between their scores, and filled it would cover the other cells
+                band_low, band_high = stats.bootstrap_ci(above, np.mean)
+                for edge in (band_low, band_high):
+                    profile_ax.step(taus, edge, where="post", color=color, linewidth=0.8, linestyle="--",
+                                    alpha=0.7)
         profile_ax.set_xlabel("final eval/episode_return τ")
         profile_ax.set_ylabel("fraction of runs with return > τ")
         profile_ax.set_ylim(-0.02, 1.02)
         profile_ax.grid(alpha=0.3)
         profile_ax.legend(fontsize=8, loc="best")
-        profile_ax.set_title("performance profile, 95% bootstrap CI", fontsize=10)
+        profile_ax.set_title(f"performance profile; dashed: 95% bootstrap CI\n(cells of "
+                             f"{PROFILE_BAND_MIN_RUNS} runs or more)", fontsize=9)
     else:
         _no_data(profile_ax)
-    FigureCanvasAgg(fig)
-    fig.savefig(path, format="png")
-    return path
+    return curve_ax, profile_ax
 
 
 def _no_data(ax) -> None:

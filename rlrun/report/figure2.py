@@ -112,7 +112,7 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from rlrun.report.axes import aggregate, mpl_text, no_data
+    from rlrun.report.axes import aggregate, draw_over_seeds, mpl_text, no_data
     from rlrun.report.render import frames
 
     tasks = list(dict.fromkeys(t for t, _ in cells))
@@ -130,8 +130,8 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
             if not len(grid):
                 continue
             drawn = True
-            ax.fill_between(grid, low, high, where=count >= 2, color=colors[algo], alpha=0.2, linewidth=0)
-            ax.plot(grid, mean, color=colors[algo], linewidth=1.6, label=f"{mpl_text(algo)} ({cell.seeds})")
+            draw_over_seeds(ax, grid, mean, low, high, count, colors[algo],
+                            f"{mpl_text(algo)} ({cell.seeds})", linewidth=1.6)
         if not drawn:
             no_data(ax, "no runs")
         ax.set_title(mpl_text(task))
@@ -141,7 +141,8 @@ def plot(cells: dict[tuple[str, str], Cell], path: Path) -> Path:
         if drawn:
             ax.legend(fontsize=8, loc="best")
     axes[0].set_ylabel("eval episode reward (team mean)")
-    fig.suptitle("Figure 2: MARL on VMAS, mean over seeds, band min-max (seeds in brackets)", fontsize=10)
+    fig.suptitle("Figure 2: MARL on VMAS, mean over seeds, band min-max (seeds in brackets; interpolated on "
+                 "a common frame grid, dotted where not every seed has evaluations)", fontsize=10)
     FigureCanvasAgg(fig)
     fig.savefig(path, format="png")
     return path

@@ -176,8 +176,9 @@ def comparison_figures(report: Report) -> list[tuple[str, bytes]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         names = write_comparisons(report, Path(tmp))
-        return [(f"{env}: every algorithm on shared axes (IQM over seeds, 95% bootstrap CI) and the "
-                 "performance profile of final returns", (Path(tmp) / name).read_bytes())
+        return [(f"{env}: every algorithm on shared axes (IQM over seeds, 95% bootstrap CI; each seed "
+                 "interpolated linearly onto a common frame grid, dotted where not every seed has "
+                 "evaluations) and the performance profile of final returns", (Path(tmp) / name).read_bytes())
                 for env, name in names.items()]
 
 

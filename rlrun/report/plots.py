@@ -2,8 +2,10 @@
 
 A cell's plot shows each seed's eval curve (thin), their mean on a common frame grid
 (seeds are linearly interpolated onto it, and only count within the frames they ran)
-with a shaded min-max band where two seeds or more ran, and the paper's final value as
-a dashed horizontal line when known. A cell without evaluation points says "no data".
+with a shaded min-max band over the frames every seed covers (``axes.draw_over_seeds``:
+dotted, without a band, where a seed has not started or has ended), and the paper's final
+value as a dashed horizontal line when known. A cell with one evaluation shows a point; a
+cell without evaluation points says "no data".
 The per-env comparison figures (IQM curves and performance profiles) are in ``compare``.
 """
 
@@ -13,12 +15,11 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from rlrun.report.axes import aggregate, mpl_text, no_data
+from rlrun.report.axes import aggregate, draw_over_seeds, mpl_text, no_data
 from rlrun.report.render import frames
 from rlrun.report.table import Cell, Report
 
@@ -30,19 +31,9 @@ def _draw(ax, cell: Cell, small: bool = False) -> None:
                 marker="o" if len(steps) == 1 else None, markersize=3)
     grid, mean, low, high, count = aggregate(curves)
     if len(grid):
-        several = count >= 2
-        if several.any():  # one seed has no spread: no band, and no legend entry for it
-            ax.fill_between(grid, low, high, where=several, color="tab:blue", alpha=0.2, linewidth=0,
-                            label="min-max over seeds")
-        everyone = count == count.max()
-        ax.plot(grid, np.where(everyone, mean, np.nan), color="tab:blue", linewidth=1.8,
-                label="mean over seeds" if count.max() > 1 else "the one seed")
-        if not everyone.all():  # past the end of a shorter seed: the mean of those that ran on
-            later = np.where(everyone, np.nan, mean)
-            edge = np.append(everyone[:-1] & ~everyone[1:], False)  # join the two lines
-            later[edge] = mean[edge]
-            ax.plot(grid, later, color="tab:blue", linewidth=1.2, linestyle=":",
-                    label="mean of the seeds that ran this far")
+        draw_over_seeds(ax, grid, mean, low, high, count, "tab:blue",
+                        "mean over seeds" if count.max() > 1 else "the one seed",
+                        band_label="min-max over seeds", rest_label="mean of the seeds present")
     if math.isfinite(cell.paper_mean):
         ax.axhline(cell.paper_mean, color="tab:red", linestyle="--", linewidth=1.2,
                    label=f"paper {cell.paper_mean:g}")

@@ -171,3 +171,51 @@ def test_check_loaded_counts_the_other_offending_keys(composed):
     with pytest.raises(CheckpointError) as err:
         check_loaded(cfg, "hostile.pt")
     assert err.value.message.count("(and 2 more)") == 1
+
+
+def test_a_policy_file_is_built_from_its_own_config_not_a_config_yaml_beside_it(composed, tmp_path):
+    """``config.yaml`` is read only for a file that holds no config: beside a ``policy.pt`` that holds
+    its own, a config.yaml that says something else (here: a hostile one) is not read at all."""
+    from rlrun.lifecycle.load import read
+
+    cfg, policy = composed
+    (tmp_path / "run").mkdir()
+    OmegaConf.update(cfg, "seed", 123)
+    file = write_policy_file(tmp_path / "run", cfg, policy, frames=7)
+    beside = cfg.copy()
+    OmegaConf.update(beside, "seed", 5)
+    OmegaConf.update(beside, "model", HOSTILE, merge=False)
+    (tmp_path / "run" / "config.yaml").write_text(OmegaConf.to_yaml(beside))
+    state, got = read(file)
+    assert got.seed == 123 and got.model.name == cfg.model.name and state["frames"] == 7
+
+
+def test_a_policy_file_without_a_config_is_built_from_the_config_yaml_beside_it(composed, tmp_path):
+    """The other side of the rule above: a file that holds no config takes its run's config.yaml."""
+    from rlrun.lifecycle.load import read
+
+    cfg, policy = composed
+    (tmp_path / "run").mkdir()
+    file = write_policy_file(tmp_path / "run", cfg, policy, frames=7)
+    state = torch.load(file, weights_only=True)
+    del state["config"]
+    torch.save(state, file)
+    OmegaConf.update(cfg, "seed", 5)
+    (tmp_path / "run" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    _, got = read(file)
+    assert got.seed == 5
+
+
+def test_a_policy_file_without_its_weights_is_refused_by_the_schema(composed, tmp_path):
+    """The file's ``policy`` field is required: the schema refuses the file in one line (key ``path``)."""
+    from rlrun.lifecycle.load import read
+
+    cfg, policy = composed
+    (tmp_path / "run").mkdir()
+    file = write_policy_file(tmp_path / "run", cfg, policy, frames=7)
+    state = torch.load(file, weights_only=True)
+    del state["policy"]
+    torch.save(state, file)
+    with pytest.raises(CheckpointError) as err:
+        read(file)
+    assert err.value.key == "path" and "policy" in err.value.message

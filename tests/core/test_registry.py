@@ -209,3 +209,23 @@ def test_what_a_component_declares_is_kept_on_its_entry_not_on_the_function():
     for e in entries():
         if not isinstance(e.factory, type):
             assert not {"config_check", "check_options", "agent_layouts"} & set(vars(e.factory)), e.name
+
+
+def test_a_factorys_check_options_runs_before_it_is_built(isolated_registry):
+    """Rules between options that a signature cannot state (``factory.check_options(node, key)``) are
+    checked by the registry itself, for any factory that declares them, before the factory is called."""
+    built: list = []
+
+    def check(node: dict, key: str) -> None:
+        if node.get("low", 0) >= node.get("high", 1):
+            raise ConfigError("low must be below high", key=f"{key}.low", fix="set low < high")
+
+    @register("hook", "ordered", options=check)
+    def ordered(low: int = 0, high: int = 1):
+        """A hook whose options must be ordered."""
+        built.append((low, high))
+        return (low, high)
+    with pytest.raises(ConfigError) as err:
+        build("hook", {"name": "ordered", "low": 5, "high": 2}, key="hooks.o")
+    assert err.value.key == "hooks.o.low" and built == []
+    assert build("hook", {"name": "ordered", "low": 1, "high": 2}, key="hooks.o") == (1, 2)

@@ -26,6 +26,9 @@ FAST = ["logger=none", "progress=false", "eval.episodes=2", "eval.interval_frame
     # minibatches that would not cover an on-policy batch
     (["algo=ppo", "trainer.optim_steps_per_epoch=1"], "trainer.optim_steps_per_epoch", ["cover"]),
     (["algo=ppo", "trainer.updates_per_frame=1"], "trainer.updates_per_frame", ["on-policy"]),
+    # an on-policy buffer holds one batch: a larger capacity is refused, not silently used
+    (["algo=ppo", "buffer.capacity=4096", "total_frames=2048"], "buffer.capacity",
+     ["holds one batch (1024 frames), not 4096", "remove buffer.capacity"]),
     # learning would never start within the budget (naming both keys)
     (["algo=td3", "env=halfcheetah", "total_frames=3000"], "total_frames",
      ["never train", "collector.init_random_frames"]),
@@ -60,3 +63,17 @@ def test_off_policy_updates_follow_updates_per_frame(tmp_path, capsys):
     assert code == 0, err
     # learning from frame 1000: batches 10, 11, 12 each give ceil(100 * 0.25) = 25 updates
     assert summary_of(tmp_path / "r")["optim_steps"] == 75
+
+
+def test_the_action_space_check_refuses_alone():
+    """The builder's own action-space guard, called directly (the loss's later failure is another line)."""
+    from types import SimpleNamespace
+
+    from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.build import _check_action_space
+
+    loss = SimpleNamespace(action_spaces=("discrete",))
+    _check_action_space(loss, SimpleNamespace(discrete=True))
+    with pytest.raises(ConfigError) as err:
+        _check_action_space(loss, SimpleNamespace(discrete=False))
+    assert err.value.key == "algo" and "continuous" in err.value.message

@@ -48,9 +48,12 @@ def _compose(overrides: list[str]):
     return cfg
 
 
-def wired(overrides: list[str], tmp_path: Path, monkeypatch) -> dict[str, Any]:
+def wired(overrides: list[str], tmp_path: Path, monkeypatch, until: str = "trainer") -> dict[str, Any]:
     """Composes ``BASE + overrides`` and runs ``rlrun.lifecycle.run.train`` up to the Trainer: the
-    Trainer's arguments, and the kwargs each component factory got from the builder."""
+    Trainer's arguments, and the kwargs each component factory got from the builder.
+
+    ``until="logger"``: on past the Trainer (a stand-in) to the tracker, which the run opens after
+    it; the built logger is ``got["logger"]`` (finished again before this returns)."""
     import rlrun.lifecycle.build as build_mod
     import rlrun.lifecycle.run as run_mod
 
@@ -67,15 +70,31 @@ def wired(overrides: list[str], tmp_path: Path, monkeypatch) -> dict[str, Any]:
         return recorded, rest
 
     class FakeTrainer:
+        interrupted, logger = False, None
+
         def __init__(self, collector, loss, optimizer, hooks, epochs_per_batch, optim_steps_per_epoch,
                      learning_starts, buffer, **kwargs):
             got.update(collector=collector, hooks=hooks, epochs_per_batch=epochs_per_batch,
                        optim_steps_per_epoch=optim_steps_per_epoch, learning_starts=learning_starts,
                        buffer=buffer, **kwargs)
-            raise _Captured
+            if until == "trainer":
+                raise _Captured
+
+        def request_stop(self, reason: str) -> None: ...
+
+    def logged(cfg, run_dir, run, *args):  # the tracker is open: nothing is trained
+        got["logger"] = run.logger.opened
+        raise _Captured
+
+    def ended(cfg, run_dir, run, status):  # closes what the tracker opened
+        if getattr(run.logger, "opened", None) is not None:
+            run.logger.opened.finish("FAILED")
+        return {}
 
     monkeypatch.setattr(registry, "resolve_factory", spying)
     monkeypatch.setattr(build_mod, "Trainer", FakeTrainer)
+    monkeypatch.setattr(run_mod, "_train_logged", logged)
+    monkeypatch.setattr(run_mod, "_summarise", ended)
     tmp_path.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(tmp_path)
     cfg = _compose([*BASE, *overrides])
@@ -129,6 +148,38 @@ COMPONENT_ROWS: dict[str, tuple[str, Any]] = {
 # factory parameters rlrun supplies itself (not config keys: the registry refuses them in a node)
 SUPPLIED = {"env", "policy", "total_frames", "seed", "device", "run_dir", "data", "buffer", "env_config"}
 
+# logger options, per registered logger: (overrides, {option: (what the built logger holds, expected)}).
+# One build per logger checks all its options (W&B and MLflow take seconds to open a run); "{tmp}" is
+# the test's directory. Every value differs from the factory's default (checked below).
+LOGGER_ROWS: dict[str, tuple[list[str], dict[str, tuple[Callable[[Any, str], Any], Any]]]] = {
+    "tensorboard": (["logger=tensorboard", "logger.subdir=tb_wired", "logger.flush_secs=3"], {
+        "subdir": (lambda lg, tmp: Path(lg.writer.log_dir).name, "tb_wired"),
+        "flush_secs": (lambda lg, tmp: lg.writer.flush_secs, 3),
+    }),
+    "mlflow": (["logger=mlflow", "logger.tracking_uri=sqlite:///{tmp}/wired.db", "logger.root={tmp}/store",
+                "logger.experiment=wired"], {
+        "tracking_uri": (lambda lg, tmp: lg.inner.tracking_uri, "sqlite:///{tmp}/wired.db"),
+        "experiment": (lambda lg, tmp: lg.inner.client.get_experiment(lg.inner.experiment_id).name, "wired"),
+        # with an SQLite tracking_uri, root is where the artifacts go
+        "root": (lambda lg, tmp: lg.inner.client.get_experiment(lg.inner.experiment_id).artifact_location,
+                 "file://{tmp}/store/mlruns"),
+    }),
+    "wandb": (["logger=wandb", "logger.mode=offline", "logger.project=p_wired", "logger.entity=e_wired",
+               "logger.group=g_wired", "logger.dir={tmp}/wb"], {
+        "mode": (lambda lg, tmp: lg.inner.run.settings.mode, "offline"),
+        "project": (lambda lg, tmp: lg.inner.run.project, "p_wired"),
+        "entity": (lambda lg, tmp: lg.inner.run.entity, "e_wired"),
+        "group": (lambda lg, tmp: lg.inner.run.group, "g_wired"),
+        "dir": (lambda lg, tmp: lg.inner.run.dir.startswith(f"{tmp}/wb/"), True),
+    }),
+    "multi": (["logger=multi", "~logger.loggers.mlflow", "+logger.loggers.csv={name:csv}"], {
+        "loggers": (lambda lg, tmp: [type(m).__name__ for m in lg.loggers],
+                    ["TensorBoardLogger", "CSVLogger"]),
+    }),
+}
+# logger factory parameters rlrun supplies itself (the run's directory, name, tracker run and tags)
+LOGGER_SUPPLIED = {"run_dir", "run_name", "run_id", "tags", "resumed", "resume_step"}
+
 
 def _section_keys() -> set[str]:
     sections = {"trainer": config_schema.TrainerSection, "eval": config_schema.EvalSection,
@@ -144,9 +195,23 @@ def _component_keys() -> set[str]:
     return keys
 
 
+def _logger_options() -> dict[str, dict[str, inspect.Parameter]]:
+    out = {}
+    for entry in registry.entries("logger"):
+        params = inspect.signature(registry.lookup("logger", entry.name).factory).parameters
+        out[entry.name] = {name: p for name, p in params.items() if name not in LOGGER_SUPPLIED}
+    return out
+
+
 def test_every_schema_key_has_a_row():
     assert _section_keys() == set(SECTION_ROWS) | OTHER_ROWS
     assert _component_keys() == set(COMPONENT_ROWS)
+    options = _logger_options()
+    assert {f"logger.{name}.{o}" for name, opts in options.items() for o in opts} == {
+        f"logger.{name}.{o}" for name, (_, reads) in LOGGER_ROWS.items() for o in reads}
+    for name, (_, reads) in LOGGER_ROWS.items():  # a row's value must differ from the default
+        for option, (_, expected) in reads.items():
+            assert options[name][option].default != expected, f"logger.{option}: pick a non-default value"
 
 
 @pytest.mark.parametrize("key", sorted(SECTION_ROWS))
@@ -164,6 +229,22 @@ def test_component_key_reaches_its_factory(key, tmp_path, monkeypatch):
     section, _, option = key.partition(".")
     got = wired([override], tmp_path, monkeypatch)
     assert got["factory"][section][option] == expected
+
+
+@pytest.mark.parametrize("name", sorted(LOGGER_ROWS))
+def test_logger_keys_reach_the_built_logger(name, tmp_path, monkeypatch):
+    """Each ``logger.<option>`` from the command line is what the run's tracker was opened with (read
+    back from the built logger, not only from the factory's arguments)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    tmp = str(tmp_path.resolve())
+    overrides, reads = LOGGER_ROWS[name]
+    got = wired([o.replace("{tmp}", tmp) for o in overrides], tmp_path, monkeypatch, until="logger")
+    for option, (read, expected) in reads.items():
+        want = expected.replace("{tmp}", tmp) if isinstance(expected, str) else expected
+        held = read(got["logger"], tmp)
+        assert held == want, f"logger.{option}: the {name} logger holds {held!r}, not {want!r}"
 
 
 def test_update_intervals_reach_their_hooks(tmp_path, monkeypatch):
@@ -211,3 +292,18 @@ def test_learning_starts_falls_back_to_init_random_frames(init, tmp_path, monkey
     """``trainer.learning_starts: null`` means ``collector.init_random_frames``, 0 included."""
     got = wired([f"collector.init_random_frames={init}"], tmp_path, monkeypatch)
     assert got["learning_starts"] == init
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for CUDA where there is none")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_device_cuda_without_cuda_names_the_key(device):
+    """``device=cuda`` on a machine without CUDA: one line naming ``device`` and the fix, before
+    anything is built (not torch's error at the first tensor moved)."""
+    from rlrun.core.errors import ConfigError
+    from rlrun.lifecycle.build import resolve_device
+
+    with pytest.raises(ConfigError) as err:
+        resolve_device(device)
+    assert (err.value.key, err.value.message, err.value.fix) == (
+        "device", "CUDA is not available here", "use device=cpu or auto")
+    assert resolve_device("cpu") == torch.device("cpu")

@@ -26,10 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # target -> (file, the focused tests run against each of its mutants)
 TARGETS = {
-    "build": ("rlrun/lifecycle/build.py", ["tests/lifecycle/test_config_wiring.py"]),
+    "build": ("rlrun/lifecycle/build.py", ["tests/lifecycle/test_config_wiring.py",
+                                           "tests/lifecycle/test_build.py"]),
     "load": ("rlrun/lifecycle/load.py", ["tests/cli/test_trust_guards.py"]),
-    "registry": ("rlrun/core/registry.py", ["tests/core/test_registry.py", "tests/core/test_untrusted.py"]),
-    "journal": ("rlrun/loggers/journal.py", ["tests/lifecycle/test_tracking.py", "-k", "journal"]),
+    "registry": ("rlrun/core/registry.py", ["tests/core/test_registry.py", "tests/core/test_untrusted.py",
+                                            "tests/core/test_protocol_refusal.py"]),
+    "journal": ("rlrun/loggers/journal.py", ["tests/loggers/test_journal.py",
+                                             "tests/lifecycle/test_tracking.py", "-k", "journal"]),
 }
 STATEMENTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.Raise, ast.Return, ast.If, ast.With)
 FLIP = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
