@@ -147,7 +147,8 @@ def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
             f"hydra.run.dir={tmp}/run",
         ]
         if frames and "learning_starts" in task.values:  # a shorter budget (smoke): warm-up and epsilon
-            args.append(f"collector.init_random_frames={peers.warmup(task, frames)}")
+            start = peers.warmup(task, frames)
+            args += [f"collector.init_random_frames={start}", f"trainer.learning_starts={start + 1}"]
             if task.algo == "dqn":  # shrink with it, as peer_run.peer_child does on the peer's side
                 eps_frames = max(1, task.values["eps_frames"] * budget // task.frames)
                 args.append(f"exploration.annealing_frames={eps_frames}")

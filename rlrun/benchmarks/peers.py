@@ -298,8 +298,10 @@ def mapping(task: Task) -> list[Setting]:
         Setting(
             "random warm-up frames",
             v["learning_starts"],
-            (f"collector.init_random_frames={v['learning_starts']}",),
+            (f"collector.init_random_frames={v['learning_starts']}",
+             f"trainer.learning_starts={v['learning_starts'] + 1}"),
             {"learning_starts": v["learning_starts"]},
+            "SB3 first trains once num_timesteps > learning_starts (the batch after the warm-up)",
         ),
         Setting(
             "frames per batch, updates per batch",
