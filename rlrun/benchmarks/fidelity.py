@@ -253,30 +253,43 @@ def _ci(row: dict, key: str) -> str:
     return f"{row[key]:.1f} [{row[key + '_low']:.1f}, {row[key + '_high']:.1f}]"
 
 
-def markdown(result: dict) -> str:
-    """The table: per task both IQMs with intervals, the difference, the verdict, the times, the seeds."""
+def table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cells: per task and metric both IQMs with intervals, the difference,
+    the verdict, the times, the seeds."""
     peer = result["peer"].upper()
-    lines = [
-        f"| task | metric | rlrun IQM [95% CI] | {peer} IQM [95% CI] | rlrun - {peer} [95% CI] | "
-        f"90% CI (TOST) | margin | verdict | rlrun train s | {peer} train s | rlrun process s | "
-        f"{peer} process s | seeds |",
-        "|" + "---|" * 13,
-    ]
+    headers = [
+        "task", "metric", "rlrun IQM [95% CI]", f"{peer} IQM [95% CI]", f"rlrun - {peer} [95% CI]",
+        "90% CI (TOST)", "margin", "verdict", "rlrun train s", f"{peer} train s", "rlrun process s",
+        f"{peer} process s", "seeds",
+    ]  # fmt: skip
+    cells = []
     for row in rows_of(result):
         seeds = row["rlrun_seeds"]
         seed_text = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
         for metric in ("final", "auc"):
             if f"{metric}_diff" not in row:
                 continue
-            m = {k[len(metric) + 1:]: v for k, v in row.items() if k.startswith(metric + "_")}
-            lines.append(
-                f"| {row['task']} | {'final return' if metric == 'final' else 'AUC (mean eval return)'} | "
-                f"{_ci(row, 'rlrun_' + metric)} | {_ci(row, 'peer_' + metric)} | "
-                f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}] | "
-                f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}] | +-{row['margin']:.1f} | "
-                f"**{m['verdict']}** | {row['rlrun_train_s']:.1f} | {row['peer_train_s']:.1f} | "
-                f"{row['rlrun_process_s']:.1f} | {row['peer_process_s']:.1f} | {seed_text} ({len(seeds)}) |"
-            )
+            m = {k[len(metric) + 1 :]: v for k, v in row.items() if k.startswith(metric + "_")}
+            cells.append([
+                row["task"], "final return" if metric == "final" else "AUC (mean eval return)",
+                _ci(row, "rlrun_" + metric), _ci(row, "peer_" + metric),
+                f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}]",
+                f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}]", f"+-{row['margin']:.1f}", m["verdict"],
+                f"{row['rlrun_train_s']:.1f}", f"{row['peer_train_s']:.1f}", f"{row['rlrun_process_s']:.1f}",
+                f"{row['peer_process_s']:.1f}", f"{seed_text} ({len(seeds)})",
+            ])  # fmt: skip
+    return headers, cells
+
+
+def markdown(result: dict) -> str:
+    """The table in Markdown (the verdict in bold)."""
+    headers, cells = table(result)
+    verdict_at = headers.index("verdict")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in cells:
+        lines.append(
+            "| " + " | ".join(f"**{c}**" if i == verdict_at else c for i, c in enumerate(row)) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -324,15 +337,20 @@ def curve_figure(task: peers.Task, runs: list[dict], peer: str) -> bytes:
 
 
 def html(result: dict, command: str = "") -> str:
-    """The page: rlrun report's style, the table, the mapping per task and the curves on shared axes."""
-    from rlrun.report.page import STYLE, esc, figure
+    """The page (``rlrun.report.page``'s document): the table, the curves on shared axes, the mapping."""
+    from rlrun.report.page import document, esc, figure
 
+    headers, cells = table(result)
     body = [
         f"<h1>Peer fidelity: rlrun and {esc(result['peer'].upper())} at identical settings</h1>",
         f"<p class='meta'>{len(result['runs'])} runs; command: <code>{esc(command)}</code></p>",
-        "<pre>" + esc(markdown(result)) + "</pre>",
-        "<h2>Learning curves</h2>",
+        "<div class='wide'><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>",
     ]
+    for row in cells:
+        tds = (f"<td>{esc(c)}</td>" if i < 2 or h == "verdict" else f"<td class='num'>{esc(c)}</td>"
+               for i, (h, c) in enumerate(zip(headers, row)))  # fmt: skip
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    body += ["</table></div>", "<h2>Learning curves</h2>"]
     for name in dict.fromkeys(r["task"] for r in result["runs"]):
         task = peers.TASKS[name]
         runs = [r for r in result["runs"] if r["task"] == name]
@@ -341,29 +359,25 @@ def html(result: dict, command: str = "") -> str:
                 f"{name}: IQM over seeds with 95% bootstrap bands", curve_figure(task, runs, result["peer"])
             )
         )
-        body.append(
-            f"<details><summary>{esc(name)}: the settings on both sides</summary><pre>"
-            f"{esc(peers.table(task))}</pre><ul>"
-            + "".join(f"<li>{esc(d)}</li>" for d in peers.DIFFERENCES.get(task.algo, []))
-            + "</ul></details>"
-        )
-    body.append(
-        "<h2>Notes</h2><ul class='notes'>"
-        + "".join(
-            f"<li>{esc(d)}</li>"
-            for d in [
-                "Equivalence: two one-sided tests at level 0.05 on the IQM difference (its 90% "
-                f"percentile-bootstrap interval inside +-margin); margin = {MARGIN:.0%} of the task's "
-                "solved - random return range.",
-                *peers.DIFFERENCES["common"],
-            ]
-        )
-        + "</ul>"
-    )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>rlrun peer fidelity</title>"
-        f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
+        body += [
+            f"<details><summary>{esc(name)}: the settings on both sides</summary><table>",
+            "<tr><th>setting</th><th>value</th><th>rlrun</th><th>SB3 / SBX</th><th>note</th></tr>",
+            *(
+                f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td><code>{esc(' '.join(s.rlrun))}</code>"
+                f"</td><td><code>{esc(', '.join(f'{k}={v}' for k, v in s.peer.items()) or '(fixed)')}</code>"
+                f"</td><td>{esc(s.note)}</td></tr>"
+                for s in peers.mapping(task)
+            ),
+            "</table><ul>" + "".join(f"<li>{esc(d)}</li>" for d in peers.DIFFERENCES.get(task.algo, [])),
+            "</ul></details>",
+        ]
+    notes = [
+        "Equivalence: two one-sided tests at level 0.05 on the IQM difference (its 90% percentile-bootstrap "
+        f"interval inside +-margin); margin = {MARGIN:.0%} of the task's solved - random return range.",
+        *peers.DIFFERENCES["common"],
+    ]
+    body.append("<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{esc(d)}</li>" for d in notes) + "</ul>")
+    return document("rlrun peer fidelity", body)
 
 
 def write(result: dict, out: Path, command: str = "") -> list[Path]:

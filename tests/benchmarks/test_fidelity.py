@@ -73,6 +73,27 @@ def test_summarise_reads_final_and_auc_per_side():
     assert row["final_diff"] == pytest.approx(-10 / 3)
 
 
+def test_page_is_the_report_document_with_an_html_table():
+    """fidelity.html goes through rlrun.report.page.document (one style, one skeleton): the table as
+    rows of cells, a verdict per metric, the curves as inlined PNGs."""
+    from rlrun.report.page import STYLE
+
+    runs = [
+        {"task": "sac_pendulum", "lib": lib, "seed": s, "return": ret,
+         "curve": [(1000, -1200.0), (10_000, ret)], "train_s": 1.0, "process_s": 2.0}
+        for lib, rets in (("rlrun", [-150, -160, -140]), ("peer", [-155, -150, -145]))
+        for s, ret in enumerate(rets)
+    ]  # fmt: skip
+    page = fidelity.html({"peer": "sb3", "runs": runs}, "cmd")
+    assert (
+        page.count(STYLE) == 1 and page.startswith("<!DOCTYPE html>") and "<title>rlrun peer fidelity" in page
+    )
+    assert page.count("<tr><td>sac_pendulum</td>") == 2 and "<th>SB3 IQM [95% CI]</th>" in page
+    assert page.count("<td>equivalent</td>") + page.count("<td>inconclusive</td>") == 2
+    assert page.count("data:image/png;base64,") == 1 and "<pre>" not in page  # no Markdown in a <pre>
+    assert "<td>polyak tau</td><td>0.005</td>" in page  # the mapping, a table too
+
+
 def test_mapping_translates_what_differs_in_form():
     ppo = peers.peer_spec(peers.TASKS["ppo_cartpole"])["model"]
     assert ppo["vf_coef"] == 0.25  # rlrun's value loss is critic_coef * 0.5 * err^2, SB3's vf_coef * err^2
