@@ -121,12 +121,18 @@ DIFFERENCES: dict[str, list[str]] = {
         "the updated critics. The same fixed point, a different order within an update.",
         "log-std clamp: rlrun [-5, 2], SB3 [-20, 2] (not a setting on either side).",
     ],
-    "td3": ["Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first)."],
+    "td3": [
+        "Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first).",
+        "Warm-up actions: SB3 adds its action noise to the uniform random warm-up actions (then clips to "
+        "the bounds); rlrun's warm-up actions are plain uniform and its noise starts with the policy.",
+    ],
     "ddpg": [
         "OU noise: rlrun scales OU(sigma 0.2) by epsilon (1.0 -> 0.1 over 1000 frames in its preset); SB3 "
         "has no schedule. Mapped as a fixed noise: rlrun sigma 0.02 with epsilon 1, SB3 sigma 0.02 "
         "(OU is linear in sigma), so the pairing uses the preset's end noise from the start.",
         "Order within an update as SAC's.",
+        "Warm-up actions as TD3's: SB3's OU process already runs (and is added) during the warm-up, "
+        "rlrun's starts at the mean when the policy takes over.",
     ],
 }
 
