@@ -72,6 +72,12 @@ TASKS: dict[str, Task] = {t.name: t for t in [
         "buffer": 10_000, "batch": 128, "gamma": 0.99, "learning_starts": 5000, "n_steps": 100,
         "updates": 25, "target_interval_frames": 500, "eps_init": 1.0, "eps_end": 0.05,
         "eps_frames": 25_000, "max_grad_norm": 10.0, "double": False}),
+    # conf/tuned/dqn_cartpole.yaml (issue 43's preset that stays solved), double-Q off (SB3 has none)
+    Task("dqn_cartpole_tuned", "dqn", "cartpole", "CartPole-v1", 100_000, 10_000, 22.0, 500.0, {
+        "net": [120, 84], "activation": "relu", "lr": 0.0014712651866761934, "lr_schedule": "linear",
+        "adam_eps": 1e-8, "buffer": 10_000, "batch": 64, "gamma": 0.99, "learning_starts": 5000,
+        "n_steps": 100, "updates": 50, "target_interval_frames": 178, "eps_init": 1.0, "eps_end": 0.01,
+        "eps_frames": 10_000, "max_grad_norm": 10.0, "double": False}),
     Task("sac_pendulum", "sac", "pendulum", "Pendulum-v1", 10_000, 1_000, -1230.0, -150.0, {
         **OFF_POLICY, "init_alpha": 1.0}),
     Task("td3_pendulum", "td3", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
