@@ -15,7 +15,8 @@ alternating by seed), evaluates both the same way at the same frame counts, and 
   task's solved-vs-random range: equivalent when the 90 % bootstrap interval of the difference
   lies inside +-margin; different when the 95 % interval excludes 0 and equivalence fails;
   inconclusive otherwise (more seeds narrow it);
-* both sides' training wall time (evaluation excluded) and whole-process time, medians.
+* both sides' training wall time (evaluation excluded), whole-process time and process CPU time
+  (user + system, ``wait4``: what other jobs on a shared machine do not inflate), medians.
 
 It writes ``fidelity.md`` (the table), ``fidelity.csv``, ``fidelity.json`` (every run, curves
 included; ``--from-json`` renders one or more of them again, merged) and ``fidelity.html``: rlrun's
@@ -114,6 +115,8 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
             row[f"{lib}_{metric}_low"], row[f"{lib}_{metric}_high"] = stats.bootstrap_iqm_ci(values)
         row[f"{lib}_train_s"] = float(np.median([r["train_s"] for r in mine])) if mine else float("nan")
         row[f"{lib}_process_s"] = float(np.median([r["process_s"] for r in mine])) if mine else float("nan")
+        cpu = [r["cpu_s"] for r in mine if r.get("cpu_s") is not None]  # results before cpu_s have none
+        row[f"{lib}_cpu_s"] = float(np.median(cpu)) if cpu and len(cpu) == len(mine) else float("nan")
     if len(sides["rlrun"]) >= 2 and len(sides["peer"]) >= 2:
         for metric in ("final", "auc"):
             get = (lambda r: r["return"]) if metric == "final" else (lambda r: auc(r["curve"]))
@@ -123,6 +126,21 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
 
 
 # ----- running ------------------------------------------------------------------------------------
+
+
+def _child(args: list[str], cwd: str | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Runs ``args``: its result, wall seconds and CPU seconds (user + system of this child alone, from
+    ``wait4``: a figure that other jobs on the machine do not inflate, unlike the wall time)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, stdout=out, stderr=err, text=True, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(args, proc.returncode, out.read(), err.read())
+    return done, wall, usage.ru_utime + usage.ru_stime
 
 
 def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
@@ -152,9 +170,7 @@ def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
             if task.algo == "dqn":  # shrink with it, as peer_run.peer_child does on the peer's side
                 eps_frames = max(1, task.values["eps_frames"] * budget // task.frames)
                 args.append(f"exploration.annealing_frames={eps_frames}")
-        start = time.perf_counter()
-        proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp)
-        process_s = time.perf_counter() - start
+        proc, process_s, cpu_s = _child(args, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"rlrun failed ({proc.returncode}) on {task.name} seed {seed}:\n{proc.stderr[-2000:]}"
@@ -174,6 +190,7 @@ def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
         "train_s": summary["wall_time_s"] - eval_s,
         "eval_s": eval_s,
         "process_s": process_s,
+        "cpu_s": cpu_s,
     }
 
 
@@ -196,14 +213,12 @@ def run_peer(
         str(seed),
         *([str(frames)] if frames else []),
     ]
-    start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
-    process_s = time.perf_counter() - start
+    proc, process_s, cpu_s = _child(args)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{lib} failed ({proc.returncode}) on {task.name} seed {seed}:\n{proc.stderr[-2000:]}"
         )
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s}
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s, "cpu_s": cpu_s}
 
 
 def run(
@@ -232,6 +247,7 @@ def run(
         log(
             f"  {name} seed {seed} {side if side == 'rlrun' else lib}: final {row['return']:.1f}, "
             f"AUC {auc(row['curve']):.1f}, train {row['train_s']:.1f} s, process {row['process_s']:.1f} s, "
+            f"CPU {row['cpu_s']:.1f} s, "
             f"load {row['load']:.1f}"
         )
         return row
@@ -249,6 +265,10 @@ def rows_of(result: dict) -> list[dict]:
     return [summarise(peers.TASKS[n], [r for r in result["runs"] if r["task"] == n]) for n in names]
 
 
+def _seconds(value: float) -> str:
+    return "-" if np.isnan(value) else f"{value:.1f}"
+
+
 def _ci(row: dict, key: str) -> str:
     return f"{row[key]:.1f} [{row[key + '_low']:.1f}, {row[key + '_high']:.1f}]"
 
@@ -260,7 +280,7 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
     headers = [
         "task", "metric", "rlrun IQM [95% CI]", f"{peer} IQM [95% CI]", f"rlrun - {peer} [95% CI]",
         "90% CI (TOST)", "margin", "verdict", "rlrun train s", f"{peer} train s", "rlrun process s",
-        f"{peer} process s", "seeds",
+        f"{peer} process s", "rlrun CPU s", f"{peer} CPU s", "seeds",
     ]  # fmt: skip
     cells = []
     for row in rows_of(result):
@@ -276,7 +296,8 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
                 f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}]",
                 f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}]", f"+-{row['margin']:.1f}", m["verdict"],
                 f"{row['rlrun_train_s']:.1f}", f"{row['peer_train_s']:.1f}", f"{row['rlrun_process_s']:.1f}",
-                f"{row['peer_process_s']:.1f}", f"{seed_text} ({len(seeds)})",
+                f"{row['peer_process_s']:.1f}", _seconds(row["rlrun_cpu_s"]), _seconds(row["peer_cpu_s"]),
+                f"{seed_text} ({len(seeds)})",
             ])  # fmt: skip
     return headers, cells
 

@@ -94,6 +94,14 @@ def test_page_is_the_report_document_with_an_html_table():
     assert "<td>polyak tau</td><td>0.005</td>" in page  # the mapping, a table too
 
 
+def test_child_cpu_seconds_are_the_childs_own_not_its_wall_time():
+    """A child that burns 0.3 s of CPU and sleeps 0.5 s: its CPU time is >= 0.3 s and well under its wall."""
+    code = "import time\nwhile time.process_time() < 0.3: pass\ntime.sleep(0.5)\nprint('ok')"
+    done, wall, cpu = fidelity._child([sys.executable, "-c", code])
+    assert done.returncode == 0 and done.stdout.strip() == "ok"
+    assert 0.3 <= cpu <= wall - 0.4
+
+
 def test_mapping_translates_what_differs_in_form():
     ppo = peers.peer_spec(peers.TASKS["ppo_cartpole"])["model"]
     assert ppo["vf_coef"] == 0.25  # rlrun's value loss is critic_coef * 0.5 * err^2, SB3's vf_coef * err^2
@@ -150,6 +158,7 @@ def test_two_seed_smoke_run_writes_table_csv_and_page(tmp_path):
     ]
     for r in result["runs"]:
         assert r["frames"] == 2048 and r["curve"][-1] == [2048, r["return"]] and 8 < r["return"] <= 500
+        assert 0 < r["cpu_s"] < 4 * r["process_s"]  # one torch thread a side (a few helper threads)
     table = (tmp_path / "fidelity.md").read_text()
     assert table.count("| ppo_cartpole |") == 2 and "0-1 (2)" in table
     page = (tmp_path / "fidelity.html").read_text()
