@@ -330,7 +330,8 @@ def updates(task: Task, frames: int | None = None) -> int:
     batch = v["n_steps"] * v.get("n_envs", 1)
     if task.algo in ("ppo", "a2c"):
         return frames // batch * v.get("epochs", 1) * (batch // v["minibatch"])
-    return max(0, frames - warmup(task, frames)) // batch * v["updates"]
+    # both train after each batch that ends past the warm-up (SB3: num_timesteps > learning_starts)
+    return (frames // batch - warmup(task, frames) // batch) * v["updates"]
 
 
 def rlrun_overrides(task: Task) -> list[str]:

@@ -192,34 +192,11 @@ def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
     assert "| ppo_cartpole | sb3 | 2 |" in end_to_end.render_paired(result)
 
 
-def test_off_policy_updates_start_in_the_batch_after_the_warm_up_as_the_peer(tmp_path):
-    """SB3 first trains once num_timesteps > learning_starts; rlrun, mapped, takes the same optimiser
-    steps (DQN CartPole at 6000 frames: batches 5100..6000, 10 x 25 = 250; unmapped rlrun took 275)."""
-    pytest.importorskip("stable_baselines3")
+def _sb3_updates(task: peers.Task, frames: int, shrink: bool) -> int:
+    """SB3's gradient steps on ``task`` for ``frames`` (the warm-up the task's, or shrunk as a smoke's)."""
     from rlrun.benchmarks import peer_run
 
-    frames = 6000
-    task = peers.TASKS["dqn_cartpole"]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rlrun",
-            *peers.rlrun_overrides(task),
-            f"total_frames={frames}",
-            "eval.interval_frames=0",
-            "checkpoint.interval_frames=0",
-            "progress=false",
-            "threads=1",
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-800:]
-    rlrun_steps = json.loads((tmp_path / "run" / "summary.json").read_text())["optim_steps"]
-    model, _, _ = peer_run.build("sb3", task.name, 0)  # the full task's warm-up (5000 frames)
+    model, _, _ = peer_run.build("sb3", task.name, 0, frames if shrink else None)
     steps, train = [], model.train
 
     def counted(gradient_steps: int, batch_size: int) -> None:
@@ -228,4 +205,24 @@ def test_off_policy_updates_start_in_the_batch_after_the_warm_up_as_the_peer(tmp
 
     model.train = counted
     model.learn(total_timesteps=frames)
-    assert rlrun_steps == sum(steps) == 250
+    return sum(steps)
+
+
+def test_off_policy_updates_start_in_the_batch_after_the_warm_up_as_the_peer(tmp_path):
+    """SB3 first trains once num_timesteps > learning_starts; rlrun, mapped, takes the same optimiser
+    steps (DQN CartPole at 6000 frames: batches 5100..6000, 10 x 25 = 250; unmapped rlrun took 275),
+    and ``peers.updates`` counts them at a short budget (warm-up 150: batches 200..3000, 29 x 25;
+    it said 28 x 25)."""
+    pytest.importorskip("stable_baselines3")
+    frames = 6000
+    task = peers.TASKS["dqn_cartpole"]
+    out = subprocess.run(
+        [sys.executable, "-m", "rlrun", *peers.rlrun_overrides(task), f"total_frames={frames}",
+         "eval.interval_frames=0", "checkpoint.interval_frames=0", "progress=false", "threads=1",
+         f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-800:]
+    rlrun_steps = json.loads((tmp_path / "run" / "summary.json").read_text())["optim_steps"]
+    assert rlrun_steps == _sb3_updates(task, frames, shrink=False) == 250
+    assert _sb3_updates(task, 3000, shrink=True) == peers.updates(task, 3000) == 29 * 25
