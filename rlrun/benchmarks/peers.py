@@ -126,6 +126,8 @@ DIFFERENCES: dict[str, list[str]] = {
         "parameters; SB3 steps the temperature, then the critics, then computes the actor's loss with "
         "the updated critics. The same fixed point, a different order within an update.",
         "log-std clamp: rlrun [-5, 2], SB3 [-20, 2] (not a setting on either side).",
+        "tanh correction of the log-probability: rlrun the exact, stable 2 (log 2 - u - softplus(-2u)); "
+        "SB3 log(1 - tanh(u)^2 + 1e-6), which caps the penalty of a saturated action.",
     ],
     "td3": [
         "Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first).",
