@@ -15,7 +15,8 @@ alternating by seed), evaluates both the same way at the same frame counts, and 
   task's solved-vs-random range: equivalent when the 90 % bootstrap interval of the difference
   lies inside +-margin; different when the 95 % interval excludes 0 and equivalence fails;
   inconclusive otherwise (more seeds narrow it);
-* both sides' training wall time (evaluation excluded) and whole-process time, medians.
+* both sides' training wall time (evaluation excluded), whole-process time and process CPU time
+  (user + system, ``wait4``: what other jobs on a shared machine do not inflate), medians.
 
 It writes ``fidelity.md`` (the table), ``fidelity.csv``, ``fidelity.json`` (every run, curves
 included; ``--from-json`` renders one or more of them again, merged) and ``fidelity.html``: rlrun's
@@ -114,6 +115,8 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
             row[f"{lib}_{metric}_low"], row[f"{lib}_{metric}_high"] = stats.bootstrap_iqm_ci(values)
         row[f"{lib}_train_s"] = float(np.median([r["train_s"] for r in mine])) if mine else float("nan")
         row[f"{lib}_process_s"] = float(np.median([r["process_s"] for r in mine])) if mine else float("nan")
+        cpu = [r["cpu_s"] for r in mine if r.get("cpu_s") is not None]  # results before cpu_s have none
+        row[f"{lib}_cpu_s"] = float(np.median(cpu)) if cpu and len(cpu) == len(mine) else float("nan")
     if len(sides["rlrun"]) >= 2 and len(sides["peer"]) >= 2:
         for metric in ("final", "auc"):
             get = (lambda r: r["return"]) if metric == "final" else (lambda r: auc(r["curve"]))
@@ -123,6 +126,21 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
 
 
 # ----- running ------------------------------------------------------------------------------------
+
+
+def _child(args: list[str], cwd: str | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Runs ``args``: its result, wall seconds and CPU seconds (user + system of this child alone, from
+    ``wait4``: a figure that other jobs on the machine do not inflate, unlike the wall time)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, stdout=out, stderr=err, text=True, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(args, proc.returncode, out.read(), err.read())
+    return done, wall, usage.ru_utime + usage.ru_stime
 
 
 def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
@@ -147,13 +165,12 @@ def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
             f"hydra.run.dir={tmp}/run",
         ]
         if frames and "learning_starts" in task.values:  # a shorter budget (smoke): warm-up and epsilon
-            args.append(f"collector.init_random_frames={peers.warmup(task, frames)}")
+            start = peers.warmup(task, frames)
+            args += [f"collector.init_random_frames={start}", f"trainer.learning_starts={start + 1}"]
             if task.algo == "dqn":  # shrink with it, as peer_run.peer_child does on the peer's side
                 eps_frames = max(1, task.values["eps_frames"] * budget // task.frames)
                 args.append(f"exploration.annealing_frames={eps_frames}")
-        start = time.perf_counter()
-        proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp)
-        process_s = time.perf_counter() - start
+        proc, process_s, cpu_s = _child(args, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"rlrun failed ({proc.returncode}) on {task.name} seed {seed}:\n{proc.stderr[-2000:]}"
@@ -173,6 +190,7 @@ def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
         "train_s": summary["wall_time_s"] - eval_s,
         "eval_s": eval_s,
         "process_s": process_s,
+        "cpu_s": cpu_s,
     }
 
 
@@ -195,14 +213,12 @@ def run_peer(
         str(seed),
         *([str(frames)] if frames else []),
     ]
-    start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
-    process_s = time.perf_counter() - start
+    proc, process_s, cpu_s = _child(args)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{lib} failed ({proc.returncode}) on {task.name} seed {seed}:\n{proc.stderr[-2000:]}"
         )
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s}
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": process_s, "cpu_s": cpu_s}
 
 
 def run(
@@ -231,6 +247,7 @@ def run(
         log(
             f"  {name} seed {seed} {side if side == 'rlrun' else lib}: final {row['return']:.1f}, "
             f"AUC {auc(row['curve']):.1f}, train {row['train_s']:.1f} s, process {row['process_s']:.1f} s, "
+            f"CPU {row['cpu_s']:.1f} s, "
             f"load {row['load']:.1f}"
         )
         return row
@@ -248,34 +265,52 @@ def rows_of(result: dict) -> list[dict]:
     return [summarise(peers.TASKS[n], [r for r in result["runs"] if r["task"] == n]) for n in names]
 
 
+def _seconds(value: float) -> str:
+    return "-" if np.isnan(value) else f"{value:.1f}"
+
+
 def _ci(row: dict, key: str) -> str:
     return f"{row[key]:.1f} [{row[key + '_low']:.1f}, {row[key + '_high']:.1f}]"
 
 
-def markdown(result: dict) -> str:
-    """The table: per task both IQMs with intervals, the difference, the verdict, the times, the seeds."""
+def table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cells: per task and metric both IQMs with intervals, the difference,
+    the verdict, the times, the seeds."""
     peer = result["peer"].upper()
-    lines = [
-        f"| task | metric | rlrun IQM [95% CI] | {peer} IQM [95% CI] | rlrun - {peer} [95% CI] | "
-        f"90% CI (TOST) | margin | verdict | rlrun train s | {peer} train s | rlrun process s | "
-        f"{peer} process s | seeds |",
-        "|" + "---|" * 13,
-    ]
+    headers = [
+        "task", "metric", "rlrun IQM [95% CI]", f"{peer} IQM [95% CI]", f"rlrun - {peer} [95% CI]",
+        "90% CI (TOST)", "margin", "verdict", "rlrun train s", f"{peer} train s", "rlrun process s",
+        f"{peer} process s", "rlrun CPU s", f"{peer} CPU s", "seeds",
+    ]  # fmt: skip
+    cells = []
     for row in rows_of(result):
         seeds = row["rlrun_seeds"]
         seed_text = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
         for metric in ("final", "auc"):
             if f"{metric}_diff" not in row:
                 continue
-            m = {k[len(metric) + 1:]: v for k, v in row.items() if k.startswith(metric + "_")}
-            lines.append(
-                f"| {row['task']} | {'final return' if metric == 'final' else 'AUC (mean eval return)'} | "
-                f"{_ci(row, 'rlrun_' + metric)} | {_ci(row, 'peer_' + metric)} | "
-                f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}] | "
-                f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}] | +-{row['margin']:.1f} | "
-                f"**{m['verdict']}** | {row['rlrun_train_s']:.1f} | {row['peer_train_s']:.1f} | "
-                f"{row['rlrun_process_s']:.1f} | {row['peer_process_s']:.1f} | {seed_text} ({len(seeds)}) |"
-            )
+            m = {k[len(metric) + 1 :]: v for k, v in row.items() if k.startswith(metric + "_")}
+            cells.append([
+                row["task"], "final return" if metric == "final" else "AUC (mean eval return)",
+                _ci(row, "rlrun_" + metric), _ci(row, "peer_" + metric),
+                f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}]",
+                f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}]", f"+-{row['margin']:.1f}", m["verdict"],
+                f"{row['rlrun_train_s']:.1f}", f"{row['peer_train_s']:.1f}", f"{row['rlrun_process_s']:.1f}",
+                f"{row['peer_process_s']:.1f}", _seconds(row["rlrun_cpu_s"]), _seconds(row["peer_cpu_s"]),
+                f"{seed_text} ({len(seeds)})",
+            ])  # fmt: skip
+    return headers, cells
+
+
+def markdown(result: dict) -> str:
+    """The table in Markdown (the verdict in bold)."""
+    headers, cells = table(result)
+    verdict_at = headers.index("verdict")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in cells:
+        lines.append(
+            "| " + " | ".join(f"**{c}**" if i == verdict_at else c for i, c in enumerate(row)) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -323,15 +358,20 @@ def curve_figure(task: peers.Task, runs: list[dict], peer: str) -> bytes:
 
 
 def html(result: dict, command: str = "") -> str:
-    """The page: rlrun report's style, the table, the mapping per task and the curves on shared axes."""
-    from rlrun.report.page import STYLE, esc, figure
+    """The page (``rlrun.report.page``'s document): the table, the curves on shared axes, the mapping."""
+    from rlrun.report.page import document, esc, figure
 
+    headers, cells = table(result)
     body = [
         f"<h1>Peer fidelity: rlrun and {esc(result['peer'].upper())} at identical settings</h1>",
         f"<p class='meta'>{len(result['runs'])} runs; command: <code>{esc(command)}</code></p>",
-        "<pre>" + esc(markdown(result)) + "</pre>",
-        "<h2>Learning curves</h2>",
+        "<div class='wide'><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>",
     ]
+    for row in cells:
+        tds = (f"<td>{esc(c)}</td>" if i < 2 or h == "verdict" else f"<td class='num'>{esc(c)}</td>"
+               for i, (h, c) in enumerate(zip(headers, row)))  # fmt: skip
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    body += ["</table></div>", "<h2>Learning curves</h2>"]
     for name in dict.fromkeys(r["task"] for r in result["runs"]):
         task = peers.TASKS[name]
         runs = [r for r in result["runs"] if r["task"] == name]
@@ -340,29 +380,25 @@ def html(result: dict, command: str = "") -> str:
                 f"{name}: IQM over seeds with 95% bootstrap bands", curve_figure(task, runs, result["peer"])
             )
         )
-        body.append(
-            f"<details><summary>{esc(name)}: the settings on both sides</summary><pre>"
-            f"{esc(peers.table(task))}</pre><ul>"
-            + "".join(f"<li>{esc(d)}</li>" for d in peers.DIFFERENCES.get(task.algo, []))
-            + "</ul></details>"
-        )
-    body.append(
-        "<h2>Notes</h2><ul class='notes'>"
-        + "".join(
-            f"<li>{esc(d)}</li>"
-            for d in [
-                "Equivalence: two one-sided tests at level 0.05 on the IQM difference (its 90% "
-                f"percentile-bootstrap interval inside +-margin); margin = {MARGIN:.0%} of the task's "
-                "solved - random return range.",
-                *peers.DIFFERENCES["common"],
-            ]
-        )
-        + "</ul>"
-    )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>rlrun peer fidelity</title>"
-        f"<style>{STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
+        body += [
+            f"<details><summary>{esc(name)}: the settings on both sides</summary><table>",
+            "<tr><th>setting</th><th>value</th><th>rlrun</th><th>SB3 / SBX</th><th>note</th></tr>",
+            *(
+                f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td><code>{esc(' '.join(s.rlrun))}</code>"
+                f"</td><td><code>{esc(', '.join(f'{k}={v}' for k, v in s.peer.items()) or '(fixed)')}</code>"
+                f"</td><td>{esc(s.note)}</td></tr>"
+                for s in peers.mapping(task)
+            ),
+            "</table><ul>" + "".join(f"<li>{esc(d)}</li>" for d in peers.DIFFERENCES.get(task.algo, [])),
+            "</ul></details>",
+        ]
+    notes = [
+        "Equivalence: two one-sided tests at level 0.05 on the IQM difference (its 90% percentile-bootstrap "
+        f"interval inside +-margin); margin = {MARGIN:.0%} of the task's solved - random return range.",
+        *peers.DIFFERENCES["common"],
+    ]
+    body.append("<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{esc(d)}</li>" for d in notes) + "</ul>")
+    return document("rlrun peer fidelity", body)
 
 
 def write(result: dict, out: Path, command: str = "") -> list[Path]:

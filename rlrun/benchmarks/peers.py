@@ -1,9 +1,9 @@
 """The settings mapping to the peers, written once: rlrun <-> Stable-Baselines3 (and SBX, its JAX twin).
 
 Every fidelity and end-to-end pairing (``rlrun.benchmarks.fidelity``, ``end_to_end``) takes its
-settings from here. A task names its canonical values once (``TASKS``); ``mapping(task)`` turns
-each into a ``Setting`` row that says, side by side, the Hydra overrides rlrun gets and the
-keyword arguments the peer gets. Both sides are always given every value explicitly, so a
+settings from here. A task names its canonical values once (``TASKS``); one table (``ROWS``) says
+per setting which value goes to which Hydra key and which peer keyword, and ``mapping(task)``
+reads it into ``Setting`` rows, side by side. Both sides are always given every value explicitly, so a
 change of rlrun's presets or of a peer's defaults cannot silently unpair them. ``DIFFERENCES``
 lists, per algorithm, what no setting can map (a real difference of the implementations).
 
@@ -72,7 +72,13 @@ TASKS: dict[str, Task] = {t.name: t for t in [
         "buffer": 10_000, "batch": 128, "gamma": 0.99, "learning_starts": 5000, "n_steps": 100,
         "updates": 25, "target_interval_frames": 500, "eps_init": 1.0, "eps_end": 0.05,
         "eps_frames": 25_000, "max_grad_norm": 10.0, "double": False}),
-    Task("sac_pendulum", "sac", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
+    # conf/tuned/dqn_cartpole.yaml (issue 43's preset that stays solved), double-Q off (SB3 has none)
+    Task("dqn_cartpole_tuned", "dqn", "cartpole", "CartPole-v1", 100_000, 10_000, 22.0, 500.0, {
+        "net": [120, 84], "activation": "relu", "lr": 0.0014712651866761934, "lr_schedule": "linear",
+        "adam_eps": 1e-8, "buffer": 10_000, "batch": 64, "gamma": 0.99, "learning_starts": 5000,
+        "n_steps": 100, "updates": 50, "target_interval_frames": 178, "eps_init": 1.0, "eps_end": 0.01,
+        "eps_frames": 10_000, "max_grad_norm": 10.0, "double": False}),
+    Task("sac_pendulum", "sac", "pendulum", "Pendulum-v1", 10_000, 1_000, -1230.0, -150.0, {
         **OFF_POLICY, "init_alpha": 1.0}),
     Task("td3_pendulum", "td3", "pendulum", "Pendulum-v1", 20_000, 2_000, -1230.0, -150.0, {
         **OFF_POLICY, "noise": 0.1, "policy_delay": 2, "target_noise": 0.2, "noise_clip": 0.5}),
@@ -120,302 +126,198 @@ DIFFERENCES: dict[str, list[str]] = {
         "parameters; SB3 steps the temperature, then the critics, then computes the actor's loss with "
         "the updated critics. The same fixed point, a different order within an update.",
         "log-std clamp: rlrun [-5, 2], SB3 [-20, 2] (not a setting on either side).",
+        "tanh correction of the log-probability: rlrun the exact, stable 2 (log 2 - u - softplus(-2u)); "
+        "SB3 log(1 - tanh(u)^2 + 1e-6), which caps the penalty of a saturated action.",
     ],
-    "td3": ["Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first)."],
+    "td3": [
+        "Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first).",
+        "Warm-up actions: SB3 adds its action noise to the uniform random warm-up actions (then clips to "
+        "the bounds); rlrun's warm-up actions are plain uniform and its noise starts with the policy.",
+    ],
     "ddpg": [
         "OU noise: rlrun scales OU(sigma 0.2) by epsilon (1.0 -> 0.1 over 1000 frames in its preset); SB3 "
         "has no schedule. Mapped as a fixed noise: rlrun sigma 0.02 with epsilon 1, SB3 sigma 0.02 "
         "(OU is linear in sigma), so the pairing uses the preset's end noise from the start.",
         "Order within an update as SAC's.",
+        "Warm-up actions as TD3's: SB3's OU process already runs (and is added) during the warm-up, "
+        "rlrun's starts at the mean when the policy takes over.",
     ],
 }
 
 
-def _act(name: str) -> tuple[str, ...]:
-    return (f"model.activation={name}",)
+ON, OFF, CONT = ("ppo", "a2c"), ("sac", "td3", "ddpg", "dqn"), ("sac", "td3", "ddpg")
+ALL = ON + OFF
 
 
-def _hidden(net: list[int]) -> str:
-    return "[" + ",".join(str(h) for h in net) + "]"
+@dataclass(frozen=True)
+class Row:
+    """One line of the mapping table, in terms of a task's values (``values``: its own and derived).
+
+    ``value`` names the value shown (a tuple of names: a tuple of values); ``rlrun`` maps Hydra keys
+    and ``peer`` the peer's dotted keys to the value each gets; ``fixed`` are literal overrides.
+    """
+
+    algos: tuple[str, ...]
+    name: str
+    value: str | tuple[str, ...]
+    rlrun: dict[str, str]
+    peer: dict[str, str]
+    note: str = ""
+    fixed: tuple[str, ...] = ()
+
+    def setting(self, v: dict[str, Any]) -> Setting:
+        shown = tuple(v[k] for k in self.value) if isinstance(self.value, tuple) else v[self.value]
+        overrides = (*self.fixed, *(f"{key}={_hydra(v[name])}" for key, name in self.rlrun.items()))
+        peer = {key: v[name] for key, name in self.peer.items()}
+        return Setting(self.name, shown, overrides, peer, self.note)
+
+
+# fmt: off
+ROWS: list[Row] = [
+    Row(ALL, "budget (frames)", "frames", {"total_frames": "frames"}, {"total_timesteps": "frames"}),
+    Row(ALL, "discount", "gamma", {"gamma": "gamma"}, {"gamma": "gamma"}),
+    Row(ALL, "hidden layers", "net", {"model.hidden": "net"}, {"policy_kwargs.net_arch": "net_arch"}),
+    Row(ALL, "activation", "activation", {"model.activation": "activation"},
+        {"policy_kwargs.activation_fn": "activation"}),
+    Row(ALL, "optimiser, eps", "optimizer", {"optim.eps": "adam_eps"},
+        {"policy_kwargs.optimizer": "optimizer"}, fixed=("optim.name=adam",)),
+    Row(ALL, "observation normalisation", "obs_norm", {"model.normalize_observations": "obs_norm"}, {},
+        "SB3: no VecNormalize wrapper"),
+    # on-policy
+    Row(ON, "parallel envs", "n_envs", {"env.num_envs": "n_envs"}, {"env.n_envs": "n_envs"}),
+    Row(ON, "steps per env per batch", "n_steps", {"collector.frames_per_batch": "batch_frames"},
+        {"n_steps": "n_steps"}),
+    Row(ON, "lr, schedule", ("lr", "lr_schedule"), {"optim.lr": "lr", "optim.lr_schedule": "lr_schedule"},
+        {"learning_rate": "lr_spec"}, "linear: to 0 at the budget, set per batch"),
+    Row(ON, "GAE lambda, once per batch", "gae_lambda", {"hooks.gae.lmbda": "gae_lambda"},
+        {"gae_lambda": "gae_lambda"}, "SB3 computes advantages once per rollout",
+        fixed=("hooks.gae.every_epoch=false",)),
+    Row(ON, "advantage normalisation", "normalize_advantage",
+        {"loss.normalize_advantage": "normalize_advantage"},
+        {"normalize_advantage": "normalize_advantage"}),
+    Row(ON, "entropy coefficient", "ent_coef", {"loss.entropy_coef": "ent_coef"}, {"ent_coef": "ent_coef"}),
+    Row(ON, "value loss weight", "critic_coef", {"loss.critic_coef": "critic_coef"}, {"vf_coef": "vf_coef"},
+        "rlrun's value loss has a 0.5 in it, SB3's not"),
+    Row(ON, "max grad norm (joint)", "max_grad_norm", {"optim.max_grad_norm": "max_grad_norm"},
+        {"max_grad_norm": "max_grad_norm"}),
+    Row(ON, "orthogonal init (sqrt 2 hidden, 0.01 policy, 1 value)", "ortho_init",
+        {"model.orthogonal_init": "ortho_init"}, {"policy_kwargs.ortho_init": "ortho_init"}),
+    Row(ON, "separate actor and critic networks", "separate", {},
+        {"policy_kwargs.share_features_extractor": "separate"}, "the flatten extractor has no weights",
+        fixed=("model.critic_hidden=null",)),
+    Row(ON, "initial log-std", "log_std_init", {"model.init_log_std": "log_std_init"},
+        {"policy_kwargs.log_std_init": "log_std_init"}),
+    Row(("ppo",), "epochs per batch", "epochs", {"trainer.epochs_per_batch": "epochs"},
+        {"n_epochs": "epochs"}),
+    Row(("ppo",), "minibatch", "minibatch", {"buffer.batch_size": "minibatch"}, {"batch_size": "minibatch"}),
+    Row(("ppo",), "clip range (constant)", "clip", {"loss.clip_epsilon": "clip"}, {"clip_range": "clip"}),
+    Row(("ppo",), "value clipping", "clip_vf", {}, {"clip_range_vf": "clip_vf"}, "none on either side",
+        fixed=("loss.critic_loss=l2",)),
+    Row(("a2c",), "one update per batch (whole batch)", "minibatch", {"buffer.batch_size": "minibatch"},
+        {"use_rms_prop": "rms_prop"}, "SB3's A2C: one gradient step per rollout, Adam",
+        fixed=("trainer.epochs_per_batch=1",)),
+    # off-policy
+    Row(OFF, "lr", "lr", {"optim.lr": "lr", "optim.lr_schedule": "lr_schedule"},
+        {"learning_rate": "lr_spec"}),
+    Row(OFF, "replay buffer", "buffer", {"buffer.capacity": "buffer"}, {"buffer_size": "buffer"},
+        fixed=("buffer.name=replay", "buffer.sampler=uniform")),
+    Row(OFF, "batch", "batch", {"buffer.batch_size": "batch"}, {"batch_size": "batch"}),
+    Row(OFF, "random warm-up frames", "learning_starts",
+        {"collector.init_random_frames": "learning_starts", "trainer.learning_starts": "first_update"},
+        {"learning_starts": "learning_starts"},
+        "SB3 first trains once num_timesteps > learning_starts (the batch after the warm-up)"),
+    Row(OFF, "frames per batch, updates per batch", ("n_steps", "updates"),
+        {"collector.frames_per_batch": "n_steps", "trainer.updates_per_frame": "updates_per_frame"},
+        {"train_freq": "n_steps", "gradient_steps": "updates", "env.n_envs": "n_envs"},
+        fixed=("env.num_envs=1",)),
+    Row(("dqn",), "target copy every (frames)", "target_interval_frames",
+        {"hooks.target_update.interval_updates": "target_interval_updates"},
+        {"target_update_interval": "target_interval_frames", "tau": "hard_tau"}, fixed=("loss.tau=1.0",)),
+    Row(("dqn",), "epsilon init -> end over frames after warm-up", ("eps_init", "eps_end", "eps_frames"),
+        {"exploration.eps_init": "eps_init", "exploration.eps_end": "eps_end",
+         "exploration.annealing_frames": "eps_frames"},
+        {"exploration_initial_eps": "eps_init", "exploration_final_eps": "eps_end",
+         "exploration_fraction": "eps_fraction"}, "end point mapped; see DIFFERENCES"),
+    Row(("dqn",), "max grad norm", "max_grad_norm", {"optim.max_grad_norm": "max_grad_norm"},
+        {"max_grad_norm": "max_grad_norm"}),
+    Row(("dqn",), "loss, target", "loss_target", {"loss.double": "double"}, {},
+        "SB3: smooth L1 on max_a Q_target (no double-Q)", fixed=("loss.loss=huber",)),
+    Row(CONT, "polyak tau", "tau", {"loss.tau": "tau"}, {"tau": "tau"},
+        fixed=("hooks.target_update.interval_updates=1",)),
+    Row(("sac", "td3"), "critics", "num_q", {"model.num_q": "num_q"}, {"policy_kwargs.n_critics": "num_q"}),
+    Row(("ddpg",), "critics", "num_q", {"model.num_q": "num_q"}, {}, "SB3's DDPG: one critic"),
+    Row(("sac",), "temperature: learned, initial, target entropy", "init_alpha",
+        {"loss.init_alpha": "init_alpha"},
+        {"ent_coef": "auto_alpha", "target_entropy": "auto"}, "target -|A| on both",
+        fixed=("loss.learn_alpha=true", "loss.target_entropy=null")),
+    Row(("td3",), "exploration N(0, sigma)", "noise", {"exploration.sigma": "noise"},
+        {"action_noise": "normal_noise"}, fixed=("exploration.eps_init=1.0", "exploration.eps_end=1.0")),
+    Row(("td3",), "policy delay, target noise, clip", ("policy_delay", "target_noise", "noise_clip"),
+        {"loss.policy_delay": "policy_delay", "loss.target_noise": "target_noise",
+         "loss.noise_clip": "noise_clip"},
+        {"policy_delay": "policy_delay", "target_policy_noise": "target_noise",
+         "target_noise_clip": "noise_clip"}),
+    Row(("ddpg",), "OU noise sigma, theta, dt (fixed scale)", ("ou_sigma", "ou_theta", "dt"),
+        {"exploration.sigma": "ou_sigma", "exploration.theta": "ou_theta", "exploration.dt": "dt"},
+        {"action_noise": "ou_noise"}, "see DIFFERENCES",
+        fixed=("exploration.eps_init=1.0", "exploration.eps_end=1.0")),
+]
+# fmt: on
+
+
+def _hydra(value: Any) -> str:
+    """A value as a Hydra override spells it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(str(x) for x in value) + "]"
+    return str(value)
+
+
+def values(task: Task) -> dict[str, Any]:
+    """``task``'s values and those derived from them (a peer's form of a setting, rlrun's units)."""
+    v: dict[str, Any] = {
+        "n_envs": 1,
+        "lr_schedule": "constant",
+        "obs_norm": False,
+        "separate": True,
+        "log_std_init": 0.0,
+        "rms_prop": False,
+        "hard_tau": 1.0,
+        "auto": "auto",
+        "dt": 1.0,
+        **task.values,
+    }
+    on_policy = task.algo in ON
+    v.update(
+        frames=task.frames,
+        net_arch=dict(pi=v["net"], vf=v["net"]) if on_policy else v["net"],
+        optimizer=("adam", v["adam_eps"]),
+        lr_spec=(v["lr_schedule"], v["lr"]),
+        batch_frames=v["n_steps"] * v["n_envs"],
+        num_q=1 if task.algo == "ddpg" else 2,
+    )
+    if on_policy:
+        v["vf_coef"] = v["critic_coef"] / 2  # rlrun's value loss has a 0.5 in it, SB3's not
+    else:
+        v["first_update"] = v["learning_starts"] + 1  # SB3 trains once num_timesteps > learning_starts
+        v["updates_per_frame"] = v["updates"] / v["n_steps"]
+    if task.algo == "dqn":
+        v["target_interval_updates"] = round(v["target_interval_frames"] * v["updates"] / v["n_steps"])
+        v["eps_fraction"] = (v["learning_starts"] + v["eps_frames"]) / task.frames
+        v["loss_target"] = ("huber", "double" if v["double"] else "max")
+    v["auto_alpha"] = f"auto_{v.get('init_alpha')}"
+    v["normal_noise"] = ("normal", v.get("noise"))
+    v["ou_noise"] = ("ou", v.get("ou_sigma"), v.get("ou_theta"), v["dt"])
+    return v
 
 
 def mapping(task: Task) -> list[Setting]:
     """Every setting of ``task`` on both sides (rows in the order the README table prints them)."""
-    v, algo = task.values, task.algo
-    rows = [
-        Setting(
-            "budget (frames)", task.frames, (f"total_frames={task.frames}",), {"total_timesteps": task.frames}
-        ),
-        Setting("discount", v["gamma"], (f"gamma={v['gamma']}",), {"gamma": v["gamma"]}),
-        Setting(
-            "hidden layers",
-            v["net"],
-            (f"model.hidden={_hidden(v['net'])}",),
-            {
-                "policy_kwargs.net_arch": (
-                    dict(pi=v["net"], vf=v["net"]) if algo in ("ppo", "a2c") else v["net"]
-                )
-            },
-        ),
-        Setting(
-            "activation",
-            v["activation"],
-            _act(v["activation"]),
-            {"policy_kwargs.activation_fn": v["activation"]},
-        ),
-        Setting(
-            "optimiser, eps",
-            ("adam", v["adam_eps"]),
-            ("optim.name=adam", f"optim.eps={v['adam_eps']}"),
-            {"policy_kwargs.optimizer": ("adam", v["adam_eps"])},
-        ),
-        Setting(
-            "observation normalisation",
-            False,
-            ("model.normalize_observations=false",),
-            {},
-            "SB3: no VecNormalize wrapper",
-        ),
-    ]
-    if algo in ("ppo", "a2c"):
-        rows += [
-            Setting(
-                "parallel envs", v["n_envs"], (f"env.num_envs={v['n_envs']}",), {"env.n_envs": v["n_envs"]}
-            ),
-            Setting(
-                "steps per env per batch",
-                v["n_steps"],
-                (f"collector.frames_per_batch={v['n_steps'] * v['n_envs']}",),
-                {"n_steps": v["n_steps"]},
-            ),
-            Setting(
-                "lr, schedule",
-                (v["lr"], v["lr_schedule"]),
-                (f"optim.lr={v['lr']}", f"optim.lr_schedule={v['lr_schedule']}"),
-                {"learning_rate": (v["lr_schedule"], v["lr"])},
-                "linear: to 0 at the budget, set per batch",
-            ),
-            Setting(
-                "GAE lambda, once per batch",
-                v["gae_lambda"],
-                (f"hooks.gae.lmbda={v['gae_lambda']}", "hooks.gae.every_epoch=false"),
-                {"gae_lambda": v["gae_lambda"]},
-                "SB3 computes advantages once per rollout",
-            ),
-            Setting(
-                "advantage normalisation",
-                v["normalize_advantage"],
-                (f"loss.normalize_advantage={str(v['normalize_advantage']).lower()}",),
-                {"normalize_advantage": v["normalize_advantage"]},
-            ),
-            Setting(
-                "entropy coefficient",
-                v["ent_coef"],
-                (f"loss.entropy_coef={v['ent_coef']}",),
-                {"ent_coef": v["ent_coef"]},
-            ),
-            Setting(
-                "value loss weight",
-                v["critic_coef"],
-                (f"loss.critic_coef={v['critic_coef']}",),
-                {"vf_coef": v["critic_coef"] / 2},
-                "rlrun's value loss has a 0.5 in it, SB3's not",
-            ),
-            Setting(
-                "max grad norm (joint)",
-                v["max_grad_norm"],
-                (f"optim.max_grad_norm={v['max_grad_norm']}",),
-                {"max_grad_norm": v["max_grad_norm"]},
-            ),
-            Setting(
-                "orthogonal init (sqrt 2 hidden, 0.01 policy, 1 value)",
-                v["ortho_init"],
-                (f"model.orthogonal_init={str(v['ortho_init']).lower()}",),
-                {"policy_kwargs.ortho_init": v["ortho_init"]},
-            ),
-            Setting(
-                "separate actor and critic networks",
-                True,
-                ("model.critic_hidden=null",),
-                {"policy_kwargs.share_features_extractor": True},
-                "the flatten extractor has no weights",
-            ),
-            Setting("initial log-std", 0.0, ("model.init_log_std=0.0",), {"policy_kwargs.log_std_init": 0.0}),
-        ]
-        if algo == "ppo":
-            rows += [
-                Setting(
-                    "epochs per batch",
-                    v["epochs"],
-                    (f"trainer.epochs_per_batch={v['epochs']}",),
-                    {"n_epochs": v["epochs"]},
-                ),
-                Setting(
-                    "minibatch",
-                    v["minibatch"],
-                    (f"buffer.batch_size={v['minibatch']}",),
-                    {"batch_size": v["minibatch"]},
-                ),
-                Setting(
-                    "clip range (constant)",
-                    v["clip"],
-                    (f"loss.clip_epsilon={v['clip']}",),
-                    {"clip_range": v["clip"]},
-                ),
-                Setting(
-                    "value clipping",
-                    None,
-                    ("loss.critic_loss=l2",),
-                    {"clip_range_vf": None},
-                    "none on either side",
-                ),
-            ]
-        else:
-            rows += [
-                Setting(
-                    "one update per batch (whole batch)",
-                    v["minibatch"],
-                    (f"buffer.batch_size={v['minibatch']}", "trainer.epochs_per_batch=1"),
-                    {"use_rms_prop": False},
-                    "SB3's A2C: one gradient step per rollout, Adam",
-                )
-            ]
-        return rows
-    rows += [
-        Setting(
-            "lr",
-            v["lr"],
-            (f"optim.lr={v['lr']}", f"optim.lr_schedule={v.get('lr_schedule', 'constant')}"),
-            {"learning_rate": (v.get("lr_schedule", "constant"), v["lr"])},
-        ),
-        Setting(
-            "replay buffer",
-            v["buffer"],
-            (f"buffer.capacity={v['buffer']}", "buffer.name=replay", "buffer.sampler=uniform"),
-            {"buffer_size": v["buffer"]},
-        ),
-        Setting("batch", v["batch"], (f"buffer.batch_size={v['batch']}",), {"batch_size": v["batch"]}),
-        Setting(
-            "random warm-up frames",
-            v["learning_starts"],
-            (f"collector.init_random_frames={v['learning_starts']}",),
-            {"learning_starts": v["learning_starts"]},
-        ),
-        Setting(
-            "frames per batch, updates per batch",
-            (v["n_steps"], v["updates"]),
-            (
-                f"collector.frames_per_batch={v['n_steps']}",
-                f"trainer.updates_per_frame={v['updates'] / v['n_steps']}",
-                "env.num_envs=1",
-            ),
-            {"train_freq": v["n_steps"], "gradient_steps": v["updates"], "env.n_envs": 1},
-        ),
-    ]
-    if algo == "dqn":
-        interval_updates = round(v["target_interval_frames"] * v["updates"] / v["n_steps"])
-        rows += [
-            Setting(
-                "target copy every (frames)",
-                v["target_interval_frames"],
-                (f"hooks.target_update.interval_updates={interval_updates}", "loss.tau=1.0"),
-                {"target_update_interval": v["target_interval_frames"], "tau": 1.0},
-            ),
-            Setting(
-                "epsilon init -> end over frames after warm-up",
-                (v["eps_init"], v["eps_end"], v["eps_frames"]),
-                (
-                    f"exploration.eps_init={v['eps_init']}",
-                    f"exploration.eps_end={v['eps_end']}",
-                    f"exploration.annealing_frames={v['eps_frames']}",
-                ),
-                {
-                    "exploration_initial_eps": v["eps_init"],
-                    "exploration_final_eps": v["eps_end"],
-                    "exploration_fraction": (v["learning_starts"] + v["eps_frames"]) / task.frames,
-                },
-                "end point mapped; see DIFFERENCES",
-            ),
-            Setting(
-                "max grad norm",
-                v["max_grad_norm"],
-                (f"optim.max_grad_norm={v['max_grad_norm']}",),
-                {"max_grad_norm": v["max_grad_norm"]},
-            ),
-            Setting(
-                "loss, target",
-                ("huber", "double" if v["double"] else "max"),
-                ("loss.loss=huber", f"loss.double={str(v['double']).lower()}"),
-                {},
-                "SB3: smooth L1 on max_a Q_target (no double-Q)",
-            ),
-        ]
-        return rows
-    rows += [
-        Setting(
-            "polyak tau",
-            v["tau"],
-            (f"loss.tau={v['tau']}", "hooks.target_update.interval_updates=1"),
-            {"tau": v["tau"]},
-        ),
-        Setting(
-            "critics",
-            1 if algo == "ddpg" else 2,
-            (f"model.num_q={1 if algo == 'ddpg' else 2}",),
-            {} if algo == "ddpg" else {"policy_kwargs.n_critics": 2},
-            "SB3's DDPG: one critic",
-        ),
-    ]
-    if algo == "sac":
-        rows += [
-            Setting(
-                "temperature: learned, initial, target entropy",
-                v["init_alpha"],
-                (f"loss.init_alpha={v['init_alpha']}", "loss.learn_alpha=true", "loss.target_entropy=null"),
-                {"ent_coef": f"auto_{v['init_alpha']}", "target_entropy": "auto"},
-                "target -|A| on both",
-            )
-        ]
-    elif algo == "td3":
-        rows += [
-            Setting(
-                "exploration N(0, sigma)",
-                v["noise"],
-                (f"exploration.sigma={v['noise']}", "exploration.eps_init=1.0", "exploration.eps_end=1.0"),
-                {"action_noise": ("normal", v["noise"])},
-            ),
-            Setting(
-                "policy delay, target noise, clip",
-                (v["policy_delay"], v["target_noise"], v["noise_clip"]),
-                (
-                    f"loss.policy_delay={v['policy_delay']}",
-                    f"loss.target_noise={v['target_noise']}",
-                    f"loss.noise_clip={v['noise_clip']}",
-                ),
-                {
-                    "policy_delay": v["policy_delay"],
-                    "target_policy_noise": v["target_noise"],
-                    "target_noise_clip": v["noise_clip"],
-                },
-            ),
-        ]
-    else:
-        rows += [
-            Setting(
-                "OU noise sigma, theta, dt (fixed scale)",
-                (v["ou_sigma"], v["ou_theta"], 1.0),
-                (
-                    f"exploration.sigma={v['ou_sigma']}",
-                    f"exploration.theta={v['ou_theta']}",
-                    "exploration.dt=1.0",
-                    "exploration.eps_init=1.0",
-                    "exploration.eps_end=1.0",
-                ),
-                {"action_noise": ("ou", v["ou_sigma"], v["ou_theta"], 1.0)},
-                "see DIFFERENCES",
-            )
-        ]
-    return rows
+    v = values(task)
+    return [row.setting(v) for row in ROWS if task.algo in row.algos]
 
 
 def warmup(task: Task, frames: int | None = None) -> int:
@@ -430,7 +332,8 @@ def updates(task: Task, frames: int | None = None) -> int:
     batch = v["n_steps"] * v.get("n_envs", 1)
     if task.algo in ("ppo", "a2c"):
         return frames // batch * v.get("epochs", 1) * (batch // v["minibatch"])
-    return max(0, frames - warmup(task, frames)) // batch * v["updates"]
+    # both train after each batch that ends past the warm-up (SB3: num_timesteps > learning_starts)
+    return (frames // batch - warmup(task, frames) // batch) * v["updates"]
 
 
 def rlrun_overrides(task: Task) -> list[str]:

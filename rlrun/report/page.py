@@ -222,8 +222,14 @@ def page(report: Report, headers: list[str], columns: Callable[[Cell], list[str]
     for cell in report.cells:
         body += provenance(cell)
     body += footnotes(report, legend)
+    return document(f"{report.name}: rlrun report", body)
+
+
+def document(title: str, body: list[str]) -> str:
+    """A self-contained page in the report's style: ``title`` (text) over ``body`` (HTML lines).
+    Every rlrun page goes through here (``rlrun report``, ``python -m rlrun.benchmarks fidelity``)."""
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{esc(report.name)}: rlrun report</title><style>{STYLE}</style></head>\n<body>\n"
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

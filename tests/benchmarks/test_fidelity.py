@@ -73,6 +73,35 @@ def test_summarise_reads_final_and_auc_per_side():
     assert row["final_diff"] == pytest.approx(-10 / 3)
 
 
+def test_page_is_the_report_document_with_an_html_table():
+    """fidelity.html goes through rlrun.report.page.document (one style, one skeleton): the table as
+    rows of cells, a verdict per metric, the curves as inlined PNGs."""
+    from rlrun.report.page import STYLE
+
+    runs = [
+        {"task": "sac_pendulum", "lib": lib, "seed": s, "return": ret,
+         "curve": [(1000, -1200.0), (10_000, ret)], "train_s": 1.0, "process_s": 2.0}
+        for lib, rets in (("rlrun", [-150, -160, -140]), ("peer", [-155, -150, -145]))
+        for s, ret in enumerate(rets)
+    ]  # fmt: skip
+    page = fidelity.html({"peer": "sb3", "runs": runs}, "cmd")
+    assert (
+        page.count(STYLE) == 1 and page.startswith("<!DOCTYPE html>") and "<title>rlrun peer fidelity" in page
+    )
+    assert page.count("<tr><td>sac_pendulum</td>") == 2 and "<th>SB3 IQM [95% CI]</th>" in page
+    assert page.count("<td>equivalent</td>") + page.count("<td>inconclusive</td>") == 2
+    assert page.count("data:image/png;base64,") == 1 and "<pre>" not in page  # no Markdown in a <pre>
+    assert "<td>polyak tau</td><td>0.005</td>" in page  # the mapping, a table too
+
+
+def test_child_cpu_seconds_are_the_childs_own_not_its_wall_time():
+    """A child that burns 0.3 s of CPU and sleeps 0.5 s: its CPU time is >= 0.3 s and well under its wall."""
+    code = "import time\nwhile time.process_time() < 0.3: pass\ntime.sleep(0.5)\nprint('ok')"
+    done, wall, cpu = fidelity._child([sys.executable, "-c", code])
+    assert done.returncode == 0 and done.stdout.strip() == "ok"
+    assert 0.3 <= cpu <= wall - 0.4
+
+
 def test_mapping_translates_what_differs_in_form():
     ppo = peers.peer_spec(peers.TASKS["ppo_cartpole"])["model"]
     assert ppo["vf_coef"] == 0.25  # rlrun's value loss is critic_coef * 0.5 * err^2, SB3's vf_coef * err^2
@@ -129,6 +158,7 @@ def test_two_seed_smoke_run_writes_table_csv_and_page(tmp_path):
     ]
     for r in result["runs"]:
         assert r["frames"] == 2048 and r["curve"][-1] == [2048, r["return"]] and 8 < r["return"] <= 500
+        assert 0 < r["cpu_s"] < 4 * r["process_s"]  # one torch thread a side (a few helper threads)
     table = (tmp_path / "fidelity.md").read_text()
     assert table.count("| ppo_cartpole |") == 2 and "0-1 (2)" in table
     page = (tmp_path / "fidelity.html").read_text()
@@ -160,3 +190,39 @@ def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
     assert item["per_update_ms_ratio"] == pytest.approx(0.5)
     assert item["process_s_ratio"] == pytest.approx(6.0 / 18.0)
     assert "| ppo_cartpole | sb3 | 2 |" in end_to_end.render_paired(result)
+
+
+def _sb3_updates(task: peers.Task, frames: int, shrink: bool) -> int:
+    """SB3's gradient steps on ``task`` for ``frames`` (the warm-up the task's, or shrunk as a smoke's)."""
+    from rlrun.benchmarks import peer_run
+
+    model, _, _ = peer_run.build("sb3", task.name, 0, frames if shrink else None)
+    steps, train = [], model.train
+
+    def counted(gradient_steps: int, batch_size: int) -> None:
+        steps.append(gradient_steps)
+        train(gradient_steps, batch_size)
+
+    model.train = counted
+    model.learn(total_timesteps=frames)
+    return sum(steps)
+
+
+def test_off_policy_updates_start_in_the_batch_after_the_warm_up_as_the_peer(tmp_path):
+    """SB3 first trains once num_timesteps > learning_starts; rlrun, mapped, takes the same optimiser
+    steps (DQN CartPole at 6000 frames: batches 5100..6000, 10 x 25 = 250; unmapped rlrun took 275),
+    and ``peers.updates`` counts them at a short budget (warm-up 150: batches 200..3000, 29 x 25;
+    it said 28 x 25)."""
+    pytest.importorskip("stable_baselines3")
+    frames = 6000
+    task = peers.TASKS["dqn_cartpole"]
+    out = subprocess.run(
+        [sys.executable, "-m", "rlrun", *peers.rlrun_overrides(task), f"total_frames={frames}",
+         "eval.interval_frames=0", "checkpoint.interval_frames=0", "progress=false", "threads=1",
+         f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-800:]
+    rlrun_steps = json.loads((tmp_path / "run" / "summary.json").read_text())["optim_steps"]
+    assert rlrun_steps == _sb3_updates(task, frames, shrink=False) == 250
+    assert _sb3_updates(task, 3000, shrink=True) == peers.updates(task, 3000) == 29 * 25
