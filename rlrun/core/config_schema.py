@@ -123,6 +123,7 @@ class RunConfig:
     device: str
     threads: Annotated[int, Range(ge=1)] | None
     compile: bool  # torch.compile the loss and optimiser steps (rlrun.trainer.compiled)
+    gemm: Literal["auto", "blas", "onednn"] = "blas"  # large CPU matrix products (rlrun.modules.onednn)
     resume: bool | str
     resume_allow_changes: bool
     progress: bool | Literal["auto"]
