@@ -34,6 +34,7 @@ from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
 from rlrun.loggers.tracking import Progress, say
 from rlrun.modules import onednn
 from rlrun.trainer.builtins import Checkpointing, KeepBest, ProgressHook
+from rlrun.trainer.hooks import Hook
 from rlrun.trainer.loop import Trainer
 
 CHECKPOINT = "checkpoint.pt"
@@ -142,13 +143,26 @@ def _trainer(cfg: DictConfig, run: Run, device: torch.device, writer: Checkpoint
         hooks["keep_best"] = KeepBest(lambda frames, metrics: save_best(
             writer.path.parent, cfg, run.policy, frames, metrics, writer.config_text))
     compiled = None
-    if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+    if cfg.get("compile") is True:  # torch.compile (and torch._dynamo) only when asked for
         from rlrun.trainer.compiled import CompiledUpdate, compile_mode
 
         compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
+    elif cfg.get("compile") == "auto":  # compiles later, if the warm-up's timing says it pays
+        hooks["compile_auto"] = _compile_auto(run, device)
     return Trainer(run.collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
                    run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
                    provided=run.provided, budget=run.budget, compiled=compiled)
+
+
+def _compile_auto(run: Run, device: torch.device) -> Hook:
+    """``compile=auto``'s hook (rlrun.trainer.compile_auto); builds ``compile=true``'s update to switch to."""
+    from rlrun.trainer.compile_auto import CompileAuto
+
+    def build() -> Any:
+        from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+        return CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
+    return CompileAuto(build)
 
 
 def _already_finished(cfg: DictConfig, run_dir: Path, resume: dict, done: int, unit: str,
