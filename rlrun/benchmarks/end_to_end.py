@@ -47,6 +47,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -233,37 +234,54 @@ PAIRED = ("ppo_cartpole", "a2c_cartpole", "dqn_cartpole", "sac_pendulum", "td3_p
 SBX_PYTHON_ENV = "RLRUN_SBX_PYTHON"
 
 
+def _child_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_paired(tasks: list[str], seeds: int = 3, libs: tuple[str, ...] = ("sb3", "sbx"),
-               pythons: dict[str, str] | None = None, log=print) -> dict:
-    """Whole processes of every side per task and seed, at the task's budget and at one eval interval.
+               pythons: dict[str, str] | None = None, log=print, frames: int | None = None) -> dict:
+    """Whole processes of every side per task and seed, at the task's budget (``frames``: another,
+    a whole number of eval intervals) and at one eval interval.
 
     The same settings and update counts on all sides (``peers.mapping``; SBX where it has the
-    algorithm). Fixed cost = the short run's process time; per-update cost = the difference of the
-    two runs' process times over the difference of their update counts (``peers.updates``; the frames
-    those updates collect included). The sides' order alternates by seed.
+    algorithm). Per-update cost = the difference of the two runs' process times over the difference
+    of their update counts (``peers.updates``; the frames those updates collect included); fixed
+    cost = the short run's time less its updates at that cost (start-up, imports, jit compiles).
+    Each figure also in CPU seconds of the child process (user + system, all its threads): on a
+    shared machine wall time measures the scheduler's share as much as the code. The sides' order
+    alternates by seed.
     """
     pythons = pythons or {}
     rows = []
     for name in tasks:
         task = peers.TASKS[name]
-        short = task.eval_interval
+        short, full = task.eval_interval, frames or task.frames
         sides = ["rlrun", *(lib for lib in libs if lib != "sbx" or task.sbx)]
         for seed in range(seeds):
             for lib in sides if seed % 2 == 0 else sides[::-1]:
                 out = {}
-                for label, frames in (("full", task.frames), ("short", short)):
-                    out[label] = (fidelity.run_rlrun(task, seed, frames) if lib == "rlrun" else
-                                  fidelity.run_peer(lib, task, seed, frames, pythons.get(lib)))
-                du = peers.updates(task) - peers.updates(task, short)
-                row = {"task": name, "seed": seed, "lib": lib, "updates": peers.updates(task),
-                       "process_s": out["full"]["process_s"], "train_s": out["full"]["train_s"],
-                       "return": out["full"]["return"], "fixed_s": out["short"]["process_s"],
-                       "per_update_ms": 1e3 * (out["full"]["process_s"] - out["short"]["process_s"]) / du,
-                       "load": os.getloadavg()[0]}
+                for label, budget in (("full", full), ("short", short)):
+                    cpu = _child_cpu_s()
+                    out[label] = (fidelity.run_rlrun(task, seed, budget) if lib == "rlrun" else
+                                  fidelity.run_peer(lib, task, seed, budget, pythons.get(lib)))
+                    out[label]["cpu_s"] = _child_cpu_s() - cpu
+                updates, few = peers.updates(task, full), peers.updates(task, short)
+                row = {"task": name, "seed": seed, "lib": lib, "updates": updates, "frames": full,
+                       "return": out["full"]["return"], "train_s": out["full"]["train_s"]}
+                for clock, fixed, per in (("process_s", "fixed_s", "per_update_ms"),
+                                          ("cpu_s", "fixed_cpu_s", "per_update_cpu_ms")):
+                    slope = (out["full"][clock] - out["short"][clock]) / (updates - few)
+                    row[clock], row[per] = out["full"][clock], 1e3 * slope
+                    row[fixed] = out["short"][clock] - slope * few
+                row["load"] = os.getloadavg()[0]
                 rows.append(row)
-                log(f"  {name} seed {seed} {lib}: process {row['process_s']:.1f} s, fixed "
-                    f"{row['fixed_s']:.1f} s, {row['per_update_ms']:.2f} ms/update, return "
-                    f"{row['return']:.1f}, load {row['load']:.1f}")
+                log(f"  {name} seed {seed} {lib}: process {row['process_s']:.1f} s "
+                    f"({row['cpu_s']:.1f} s CPU), fixed {row['fixed_s']:.1f} s "
+                    f"({row['fixed_cpu_s']:.1f} s CPU), "
+                    f"{row['per_update_ms']:.2f} ms/update ({row['per_update_cpu_ms']:.2f} CPU), "
+                    f"return {row['return']:.1f}, load {row['load']:.1f}")
     summary = []
     for name in tasks:
         for lib in libs:
@@ -273,10 +291,10 @@ def run_paired(tasks: list[str], seeds: int = 3, libs: tuple[str, ...] = ("sb3",
             if not pairs:
                 continue
             item = {"task": name, "peer": lib, "pairs": len(pairs), "updates": pairs[0][0]["updates"]}
-            for key in ("process_s", "fixed_s", "per_update_ms"):
-                ratios = [a[key] / b[key] for a, b in pairs]
+            for key in ("process_s", "fixed_s", "per_update_ms", "cpu_s", "fixed_cpu_s", "per_update_cpu_ms"):
+                ratios = [a[key] / b[key] for a, b in pairs if b[key] > 0]  # CPU: 0 where not measured
                 item[f"{key}_ratio"], item[f"{key}_min"], item[f"{key}_max"] = (
-                    float(np.median(ratios)), min(ratios), max(ratios))
+                    (float(np.median(ratios)), min(ratios), max(ratios)) if ratios else (None, None, None))
                 item[f"rlrun_{key}"] = float(np.median([a[key] for a, _ in pairs]))
                 item[f"peer_{key}"] = float(np.median([b[key] for _, b in pairs]))
             summary.append(item)
@@ -294,11 +312,18 @@ def render_paired(result: dict) -> str:
             ("rlrun_per_update_ms", "rlrun ms/update", ".2f"),
             ("peer_per_update_ms", "peer ms/update", ".2f"),
             ("per_update_ms_ratio", "per-update rlrun/peer", ".2f"), ("per_update_ms_min", "min", ".2f"),
-            ("per_update_ms_max", "max", ".2f")]
+            ("per_update_ms_max", "max", ".2f"), ("cpu_s_ratio", "CPU process rlrun/peer", ".2f"),
+            ("cpu_s_min", "min", ".2f"), ("cpu_s_max", "max", ".2f"),
+            ("fixed_cpu_s_ratio", "CPU fixed rlrun/peer", ".2f"),
+            ("rlrun_per_update_cpu_ms", "rlrun CPU ms/update", ".2f"),
+            ("peer_per_update_cpu_ms", "peer CPU ms/update", ".2f"),
+            ("per_update_cpu_ms_ratio", "CPU per-update rlrun/peer", ".2f"),
+            ("per_update_cpu_ms_min", "min", ".2f"), ("per_update_cpu_ms_max", "max", ".2f")]
     return table(result["summary"], cols) + (
-        "\n\nIdentical settings and update counts on every side (rlrun.benchmarks.peers). Ratios: median of "
-        "the per-seed ratios, min and max of them. Fixed cost: the process time of a run of one evaluation "
-        "interval; per update: the extra process time of the full run over its extra updates.")
+        "\n\nIdentical settings and update counts on every side (rlrun.benchmarks.peers). Ratios: median "
+        "of the per-seed ratios, min and max of them. Per update: the extra process time of the full run "
+        "over its extra updates, against a run of one evaluation interval; fixed: that short run's time "
+        "less its updates at that cost. CPU: the same from the child processes' user + system seconds.")
 
 
 def render(result: dict) -> str:
@@ -325,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"issue 46's pairing with SB3 and SBX at identical settings (default tasks: "
                              f"{' '.join(PAIRED)}; any of {', '.join(peers.TASKS)})")
     parser.add_argument("--sbx-python", help=f"interpreter with sbx-rl (or ${SBX_PYTHON_ENV})")
+    parser.add_argument("--frames", type=int, help="--paired: this budget instead of each task's "
+                        "(a whole number of its eval intervals; fixed and per-update costs extrapolate)")
     args = parser.parse_args(argv)
     if args.paired is not None:
         tasks = args.paired or list(PAIRED)
@@ -339,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True).returncode == 0)
         print(f"load average at start: {os.getloadavg()[0]:.2f}; peers: "
               + (", ".join(f"{lib} ({pythons[lib]})" for lib in libs) or "none installed"), flush=True)
-        result = run_paired(tasks, args.seeds, libs, pythons)
+        result = run_paired(tasks, args.seeds, libs, pythons, frames=args.frames)
         print(render_paired(result))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1, default=str))

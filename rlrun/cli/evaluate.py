@@ -45,6 +45,7 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
         "json", "videos"}``.
     """
     from rlrun.lifecycle.build import resolve_device
+    from rlrun.modules import onednn
 
     file = find_checkpoint(path)
     state, cfg = read(file, trust_code)  # a saved config that would run code is refused unless trusted
@@ -55,6 +56,7 @@ def evaluate(path: str | Path, episodes: int | None = None, seed: int | None = N
     dev = resolve_device(device)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))  # as the run evaluated: same kernels, same numbers
+    onednn.use(cfg.get("gemm") or "blas")
     mode = "deterministic" if deterministic else "stochastic"
     stem = f"frame{state['frames']}-seed{seed}-{mode}-{episodes}ep"
     if not out:  # the run dir's own eval/: a link there would put the JSON (and videos) elsewhere

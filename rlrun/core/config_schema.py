@@ -122,7 +122,8 @@ class RunConfig:
     seed: Seed
     device: str
     threads: Annotated[int, Range(ge=1)] | None
-    compile: bool  # torch.compile the loss and optimiser steps (rlrun.trainer.compiled)
+    compile: bool | Literal["auto"]  # torch.compile the update (rlrun.trainer.compiled); auto: compile_auto
+    gemm: Literal["auto", "blas", "onednn"] = "blas"  # large CPU matrix products (rlrun.modules.onednn)
     resume: bool | str
     resume_allow_changes: bool
     progress: bool | Literal["auto"]

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-RUNTIME_KEYS = ("logger", "progress", "resume", "device", "threads", "compile", "dataset_root")
+RUNTIME_KEYS = ("logger", "progress", "resume", "device", "threads", "compile", "gemm", "dataset_root")
 """The one list of keys that say where and how a run executes, logs and resumes, never what it
 learns. A name matches itself and everything under it (``logger`` matches ``logger.tracking_uri``).
 The three uses below add what is particular to each."""

@@ -176,16 +176,29 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device, state: dict 
             hooks["keep_best"] = KeepBest(lambda frames, metrics: save_best(
                 run_dir, cfg, parts.policy, frames, metrics, writer.config_text))
         compiled = None
-        if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+        if cfg.get("compile") is True:  # torch.compile (and torch._dynamo) only when asked for
             from rlrun.trainer.compiled import CompiledUpdate, compile_mode
 
             compiled = CompiledUpdate(parts.loss, parts.optimizer, compile_mode(device))
+        elif cfg.get("compile") == "auto":  # compiles later, if the warm-up's timing says it pays
+            hooks["compile_auto"] = _compile_auto(parts, device)
         logger = DeferredLogger(cfg.logger)
         trainer = Trainer(parts.collector, parts.loss, parts.optimizer, hooks, parts.epochs_per_batch,
                           parts.optim_steps_per_epoch, parts.learning_starts, parts.buffer, logger=logger,
                           policy=parts.policy, provided=parts.provided, budget=parts.budget,
                           compiled=compiled)
         return Run(parts, trainer, logger, writer, progress, done, closing.pop_all())
+
+
+def _compile_auto(parts: Any, device: torch.device) -> Hook:
+    """``compile=auto``'s hook (rlrun.trainer.compile_auto); builds ``compile=true``'s update to switch to."""
+    from rlrun.trainer.compile_auto import CompileAuto
+
+    def build_compiled() -> Any:
+        from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+        return CompiledUpdate(parts.loss, parts.optimizer, compile_mode(device))
+    return CompileAuto(build_compiled)
 
 
 def _source_node(cfg: DictConfig) -> tuple[dict, str]:

@@ -29,6 +29,7 @@ from rlrun.lifecycle.load import write_policy_file
 from rlrun.lifecycle.writer import CHECKPOINT, write_json
 from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
 from rlrun.loggers.tracking import say
+from rlrun.modules import onednn
 from rlrun.trainer.loop import Trainer
 
 
@@ -84,6 +85,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     device = resolve_device(cfg.device)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+    onednn.use(cfg.get("gemm") or "blas")  # the large MLP products' library (issue 46)
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
     state = checkpoint.load(ckpt_path) if ckpt_path else None
     # resolved once: config.yaml, the config hash, each checkpoint and the policy file hold it

@@ -17,6 +17,7 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 from torch.nn.modules import module as torch_module
 
 from rlrun.core.registry import Range
+from rlrun.modules import onednn
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
@@ -62,6 +63,10 @@ def run_layers(net: nn.Module, layers: tuple[nn.Module, ...] | None, x: Tensor) 
             or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
                    for m in layers)):
         return net(x)
+    if onednn.enabled():  # gemm=onednn: the large products through oneDNN (rlrun.modules.onednn)
+        for m in layers[1:]:
+            x = onednn.linear(x, m.weight, m.bias) if type(m) is nn.Linear else m.forward(x)
+        return x
     for m in layers[1:]:
         x = m.forward(x)
     return x
@@ -266,8 +271,12 @@ class TwinQCritic(nn.Module):
         x = torch.cat([obs, action], -1)
         batch = x.shape[:-1]
         x = x.reshape(1, -1, x.shape[-1])
+        on = onednn.enabled()
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            x = torch.baddbmm(b, x.expand(w.shape[0], -1, -1) if i == 0 else x, w)
+            if on:  # gemm=onednn: large products through oneDNN (rlrun.modules.onednn)
+                x = onednn.batched_linear(x, w, b)
+            else:
+                x = torch.baddbmm(b, x.expand(w.shape[0], -1, -1) if i == 0 else x, w)
             if i < len(self.weights) - 1:
                 # in place on baddbmm's fresh output (autograd saves its inputs, not it)
                 x = x.relu_() if isinstance(self.act, nn.ReLU) else self.act(x)

@@ -184,12 +184,41 @@ def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
     assert sorted(set(calls)) == [10_240, 102_400]
     (item,) = result["summary"]
     assert item["pairs"] == 2 and item["updates"] == 4000
-    assert item["rlrun_fixed_s"] == pytest.approx(2.4) and item["peer_fixed_s"] == pytest.approx(10.8)
+    # fixed: the short run less its 400 updates at the per-update cost
+    assert item["rlrun_fixed_s"] == pytest.approx(2.0) and item["peer_fixed_s"] == pytest.approx(10.0)
     assert item["rlrun_per_update_ms"] == pytest.approx(1.0)
     assert item["peer_per_update_ms"] == pytest.approx(2.0)
     assert item["per_update_ms_ratio"] == pytest.approx(0.5)
     assert item["process_s_ratio"] == pytest.approx(6.0 / 18.0)
     assert "| ppo_cartpole | sb3 | 2 |" in end_to_end.render_paired(result)
+    assert item["cpu_s_ratio"] is None  # the stand-ins start no child process: no CPU time to compare
+
+
+def test_paired_end_to_end_counts_child_cpu_and_takes_another_budget(monkeypatch):
+    """CPU seconds of each child beside its wall time; ``frames`` replaces the task's budget."""
+    from rlrun.benchmarks import end_to_end
+
+    task, cpu, calls = peers.TASKS["sac_pendulum"], [0.0], []
+
+    def timed(base: float, per_update_s: float, frames: int) -> dict:
+        calls.append(frames)
+        seconds = base + per_update_s * peers.updates(task, frames)
+        cpu[0] += seconds / 2  # the child ran half the time: a shared machine
+        return {"process_s": seconds, "train_s": 1.0, "return": -150.0}
+
+    monkeypatch.setattr(end_to_end, "_child_cpu_s", lambda: cpu[0])
+    monkeypatch.setattr(fidelity, "run_rlrun", lambda t, seed, frames: timed(2.0, 0.004, frames))
+    monkeypatch.setattr(fidelity, "run_peer", lambda lib, t, seed, frames, python: timed(20.0, 0.003, frames))
+    result = end_to_end.run_paired(["sac_pendulum"], seeds=3, libs=("sbx",), log=lambda *_: None, frames=6000)
+    assert sorted(set(calls)) == [task.eval_interval, 6000]  # the short run: one eval interval
+    (item,) = result["summary"]
+    assert item["pairs"] == 3 and item["updates"] == peers.updates(task, 6000)
+    assert item["rlrun_per_update_cpu_ms"] == pytest.approx(2.0)
+    assert item["peer_per_update_cpu_ms"] == pytest.approx(1.5)
+    assert item["fixed_cpu_s_ratio"] == pytest.approx(2.0 / 20.0)
+    full = peers.updates(task, 6000)
+    assert item["cpu_s_ratio"] == pytest.approx(item["process_s_ratio"])
+    assert item["cpu_s_ratio"] == pytest.approx((2.0 + 0.004 * full) / (20.0 + 0.003 * full))
 
 
 def _sb3_updates(task: peers.Task, frames: int, shrink: bool) -> int:
