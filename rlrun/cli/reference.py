@@ -23,73 +23,21 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from rlrun.cli.reference_tables import EXIT_CODES, KIND_TEXT, METRICS
 from rlrun.core.registry import KINDS, SUPPLIED_FIX, Entry, Range, describe, entries
 from rlrun.lifecycle.compose import CONF_DIR, _first_comment, _group_dirs, config_groups
 
 DEFAULT_OUT = Path("docs")
 
-# What each component kind is, and where its node sits in a run's config.
-KIND_TEXT = {
-    "env": ("env", "The environment: a vector env of `env.num_envs` sub-envs."),
-    "model": ("model", "The networks: actor, critic or Q-network, and the policy around them."),
-    "collector": ("collector", "The data source of an online run: steps the envs with the policy."),
-    "buffer": ("buffer", "Where collected data waits to be learnt from: minibatches, replay, slices."),
-    "loss": ("loss", "The algorithm's objective: one `Loss` per algorithm (rlrun/algos/)."),
-    "optim": ("optim", "The optimiser step: one optimiser over the loss's parameter groups."),
-    "hook": ("hooks.<name>", "Callables at the loop's hook points (see How it fits together)."),
-    "logger": ("logger", "Where metrics, params and artifacts go."),
-    "exploration": ("exploration", "Action noise for deterministic actors (off-policy algorithms)."),
+# What rlrun passes to each kind's factories (rlrun/lifecycle/build.py, rlrun/lifecycle/run.py): objects and
+# top-level values, not options a config sets. tests/docs/test_reference.py checks these against the calls.
+SUPPLIED = {
+    "env": set(), "model": {"spec"}, "loss": {"policy", "spec", "gamma"}, "optim": {"param_groups"},
+    "exploration": {"actor", "spec", "num_envs"}, "buffer": {"data", "seed", "device", "run_dir"},
+    "collector": {"env", "env_config", "policy", "data", "buffer", "total_frames", "seed", "device"},
+    "hook": {"gamma", "loss", "policy"},
+    "logger": {"run_dir", "run_name", "run_id", "tags", "resumed", "resume_step"},
 }
-
-# Every metric name rlrun logs (the step of each is the budget's clock: frames, or updates offline).
-# tests/docs/test_reference.py checks that each literal metric name in rlrun/ is listed here.
-METRICS = [
-    ("frames", "Env frames collected so far (all sub-envs), logged beside every metric."),
-    ("updates", "Optimiser steps so far, logged beside every metric."),
-    ("train/episode_return", "Mean return of the training episodes that ended in the last batch "
-     "(raw env reward, before any clipping or scaling)."),
-    ("train/episode_length", "Mean length of those episodes."),
-    ("train/episode_return_recent", "In `summary.json`: mean return of the last 100 training episodes."),
-    ("train/optim_steps", "Optimiser steps so far (as `updates`)."),
-    ("train/grad_norm_<group>", "Gradient norm of a parameter group (actor, critic, ...) at the last "
-     "optimiser step, before clipping."),
-    ("train/<key>", "Any other scalar the loss returns, averaged over the batch's updates (e.g. SAC's "
-     "`alpha`, PPO's `approx_kl`, `clip_fraction`, `entropy`); see the losses below."),
-    ("loss/<term>", "Each loss term (`loss_<term>` in the loss's output), averaged over the batch's "
-     "updates; see the losses below."),
-    ("time/fps", "Frames collected per second of wall time since the previous log."),
-    ("time/updates_per_s", "Optimiser steps per second since the previous log."),
-    ("time/wall_s", "Wall time of the run so far, in seconds."),
-    ("collector/policy_lag", "Worker collectors: the learner's policy version minus the version that "
-     "collected the batch (0 with multi_sync)."),
-    ("eval/episode_return", "Mean return of the evaluation episodes (deterministic actions, "
-     "seed + 1000003)."),
-    ("eval/episode_return_std", "Standard deviation of those returns."),
-    ("eval/episodes", "Number of evaluation episodes."),
-    ("eval/time_total_s", "Wall time spent evaluating so far."),
-    ("eval/time", "In `best/eval.json` and the summary: the evaluation's time."),
-    ("eval/best_return", "`checkpoint.keep_best=true`: the best evaluation return so far."),
-    ("eval/best_frame", "`checkpoint.keep_best=true`: the frame it was reached at."),
-    ("eval/video", "W&B only: the latest evaluation video, as media."),
-]
-
-# Every exit code of the `rlrun` command. tests/docs/test_reference.py checks the error classes'
-# codes against it.
-EXIT_CODES = [
-    (0, "Finished (also `rlrun list`, `explain`, `eval`, `export`, `report`)."),
-    (1, "A sweep with a job that did not complete (SLURM: the final table names it); "
-     "`python -m rlrun.launch` on a failed job."),
-    (2, "Bad input: one message naming the key and the fix (`ConfigError`, `CheckpointError`), before "
-     "anything is built; or a run directory that takes no more bytes (full disk, quota, read-only), "
-     "naming the file. Rerun the same command once fixed."),
-    (3, "Diverged: a non-finite loss, gradient norm or weight (checked once per batch); "
-     "`status: diverged`, the last finite checkpoint kept."),
-    (4, "A collector worker (process or Ray actor) died (`WorkerError`): one line naming it; the run "
-     "ends `failed` with its last checkpoint, and the same command resumes."),
-    (130, "Stopped by Ctrl-C (128 + SIGINT) after the current batch, with a checkpoint; a second "
-     "Ctrl-C stops at once without one."),
-    (143, "Stopped by SIGTERM (128 + 15), e.g. `scancel`, with a checkpoint. Any signal N: 128 + N."),
-]
 
 
 def cell(text: Any) -> str:
@@ -169,7 +117,10 @@ def arg_docs(obj: Any) -> dict[str, str]:
     return out
 
 
-def factory_options(factory: Any) -> tuple[list[tuple[str, str, str, str, str]], list[str], list[str]]:
+Option = tuple[str, str, str, str, str]  # name, type, range, default, description
+
+
+def factory_options(factory: Any, kind: str) -> tuple[list[Option], list[str], list[str]]:
     """A factory's config options ``(name, type, range, default, description)``, the top-level keys
     it takes (gamma, seed, ...), and the objects rlrun passes in (policy, spec, ...)."""
     target = factory.__init__ if inspect.isclass(factory) else factory
@@ -182,17 +133,37 @@ def factory_options(factory: Any) -> tuple[list[tuple[str, str, str, str, str]],
     for name, p in inspect.signature(factory).parameters.items():
         if name == "self" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
+        if name == "registered_as":  # the node's own name: rlrun's bookkeeping, not an option
+            continue
         if name in SUPPLIED_FIX:
             top.append(name)
             continue
+        if name in SUPPLIED[kind]:
+            supplied.append(name)
+            continue
         hint = hints.get(name, p.annotation)
-        kind, bounds = type_and_range(hint)
-        simple = kind.split(" or ")[0] in ("int", "float", "bool", "str", "mapping", "list", "choice", "any")
+        words, bounds = type_and_range(hint)
+        simple = words.split(" or ")[0] in ("int", "float", "bool", "str", "mapping", "list", "choice", "any")
         if p.default is p.empty and not simple:
             supplied.append(name)
             continue
-        options.append((name, kind, bounds, value(p.default), docs.get(name, "")))
+        options.append((name, words, bounds, value(p.default), docs.get(name, "")))
     return options, top, supplied
+
+
+def preset_comments(kind: str, name: str) -> dict[str, str]:
+    """``option -> comment`` from the inline comments of the presets of ``kind`` that build ``name``
+    (``conf/optim/adam.yaml``'s ``lr_schedule: constant   # constant | linear ...``): the description
+    of an option whose factory's docstring has none."""
+    folder = CONF_DIR / kind
+    out: dict[str, str] = {}
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        comments = _config_comments(path)
+        if comments.get("name", ("",))[0] == name:
+            for key, (_, comment) in comments.items():
+                if comment and "." not in key and key != "name":
+                    out.setdefault(key, comment)
+    return out
 
 
 def component_page(kind: str, rows: list[Entry]) -> str:
@@ -203,7 +174,9 @@ def component_page(kind: str, rows: list[Entry]) -> str:
              "", "Generated by `python -m rlrun.cli.reference` from the registry "
              "(`rlrun list " + kind + "`); do not edit.", ""]
     for e in rows:
-        options, top, supplied = factory_options(e.factory)
+        options, top, supplied = factory_options(e.factory, kind)
+        fallback = preset_comments(kind, e.name)
+        options = [(n, t, r, d, doc or fallback.get(n, "")) for n, t, r, d, doc in options]
         module = getattr(e.factory, "__module__", "")
         lines += [f"## {e.name}", "", cell(e.summary) or "(no docstring)", "",
                   f"`{kind}/{e.name}`, defined in `{module}`."]
@@ -275,12 +248,79 @@ def preset_page(group: str, options: list[str], folder: Path) -> str:
     return "\n".join(lines)
 
 
-def _config_comments() -> dict[str, tuple[str, str]]:
-    """``dotted key -> (default, comment)`` from conf/config.yaml's own lines (its comments document it)."""
+SECTION_KINDS = ("model", "loss", "buffer", "optim", "collector", "exploration")
+
+
+def algo_page(algo: str) -> str:
+    """One algorithm preset whole: what it selects and sets, then every option of the components it
+    selects (model, loss, buffer, optimiser, collector, exploration, hooks) with the value this preset
+    gives it beside the factory's default."""
+    from rlrun.core.registry import lookup
+
+    dirs = _group_dirs()
+    path = dirs["algo"] / f"{algo}.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    picks = {}
+    for item in data.pop("defaults", None) or []:
+        if isinstance(item, dict):
+            for k, v in item.items():
+                picks[k.removeprefix("override ").lstrip("/")] = str(v)
+    sets = dict(flatten(data))
+    tuned = [t for t in config_groups().get("tuned", []) if t.startswith(f"{algo}_")]
+    lines = [f"# algo={algo}", "", cell(_first_comment(path)), "",
+             f"Generated by `python -m rlrun.cli.reference` from `conf/algo/{algo}.yaml`, the presets it "
+             "selects and their factories; do not edit. "
+             f"`rlrun --cfg job algo={algo}` prints the composed config.", ""]
+    if tuned:
+        lines += ["Per-env settings, picked up automatically with the env: " + ", ".join(
+            f"[`{t}`](../presets/tuned.md#{_anchor(t)})" for t in tuned) + ".", ""]
+    run = [(k, v) for k, v in sets.items() if k.split(".")[0] not in (*SECTION_KINDS, "hooks")]
+    if run:
+        lines += ["## Run settings", "", "| Key | Value |", "|---|---|"]
+        lines += [f"| [`{cell(k)}`](../config.md) | `{cell(value(v))}` |" for k, v in run]
+        lines.append("")
+    sections = [(g, picks[g]) for g in SECTION_KINDS if g in picks]
+    sections += [(f"hooks.{h}", str(node["name"])) for h, node in (data.get("hooks") or {}).items()
+                 if isinstance(node, dict) and "name" in node]
+    for section, preset in sections:
+        hook = section.startswith("hooks.")
+        text = "" if hook else (dirs[section] / f"{preset}.yaml").read_text()
+        node = {k: v for k, v in (yaml.safe_load(text) or {}).items() if k != "defaults"}
+        kind = "hook" if hook else section
+        name = preset if hook else str(node.get("name", preset))
+        entry = lookup(kind, name)
+        anchor = f"../components/{kind}.md#{_anchor(name)}"
+        via = "" if hook else f" (preset [`{section}={preset}`](../presets/{section}.md#{_anchor(preset)}))"
+        lines += [f"## {section}: {name}", "", f"[`{kind}/{name}`]({anchor}){via}: {cell(entry.summary)}", ""]
+        options, _, _ = factory_options(entry.factory, kind)
+        fallback = preset_comments(kind, name)
+        options = [(n, t, r, d, doc or fallback.get(n, "")) for n, t, r, d, doc in options]
+        if not options:
+            lines += ["No options.", ""]
+            continue
+        lines += [f"| Option | Type | Range | algo={algo} | Default | Description |",
+                  "|---|---|---|---|---|---|"]
+        for n, t, r, d, doc in options:
+            here = sets.get(f"{section}.{n}", node.get(n, None))
+            shown = value(here) if f"{section}.{n}" in sets or n in node else d
+            mark = f"**`{cell(shown)}`**" if shown != d else f"`{cell(shown)}`"
+            lines.append(f"| `{n}` | {cell(t)} | {cell(r)} | {mark} | `{cell(d)}` | {cell(doc)} |")
+        extra = [(k, v) for k, v in sets.items() if k.startswith(section + ".")
+                 and k[len(section) + 1:].split(".")[0] not in {o[0] for o in options} | {"name"}]
+        lines.append("")
+        if extra:
+            lines += ["Also set: " + ", ".join(f"`{cell(k)}={cell(value(v))}`" for k, v in extra), ""]
+    lines += ["Values in **bold** differ from the factory's default.", ""]
+    return "\n".join(lines)
+
+
+def _config_comments(path: Path = CONF_DIR / "config.yaml") -> dict[str, tuple[str, str]]:
+    """``dotted key -> (value, comment)`` from a YAML file's own lines (conf/config.yaml's comments
+    document it; a preset's comments document the options it writes out)."""
     out: dict[str, tuple[str, str]] = {}
     stack: list[tuple[int, str]] = []
     last = None
-    for line in (CONF_DIR / "config.yaml").read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not line.strip():
             continue
         lead = len(line) - len(line.lstrip())
@@ -375,22 +415,37 @@ def exit_codes_page() -> str:
 
 
 def paper_cells() -> dict[str, str]:
-    """``table -> Markdown table`` of the ``+paper=...`` presets' cells: the paper's value and budget
-    (their ``paper:`` node), the config and the command that runs one seed."""
+    """``table -> Markdown`` of the ``+paper=...`` presets' cells as the paper lays them out: one row
+    per algorithm, one column per env, each the paper's value linked to its config (the presets'
+    ``paper:`` node), then the budgets."""
     dirs = _group_dirs()
-    tables: dict[str, list[str]] = {}
+    cells: dict[str, dict[tuple[str, str], tuple[str, str, int]]] = {}
     for opt in config_groups().get("paper", []):
         node = (yaml.safe_load((dirs["paper"] / f"{opt}.yaml").read_text()) or {}).get("paper") or {}
         mean, std = node.get("reference_mean"), node.get("reference_std")
-        paper = "curves only" if mean is None else f"{value(mean)} ± {value(std)}"
-        budget = (f"{node['budget_frames']:,} frames" if node.get("budget_frames") else
-                  f"{node['budget_updates']:,} updates" if node.get("budget_updates") else "")
-        tables.setdefault(str(node.get("table", opt.split("/")[0])), []).append(
-            f"| [`{opt}`](../reference/presets/paper.md#{_anchor(opt)}) | {cell(node.get('algo', ''))} | "
-            f"{cell(node.get('env', ''))} | {paper} | {budget} | `rlrun +paper={opt}` |")
-    head = ["| Config | Algorithm | Env | Paper (mean ± std) | Budget | One seed |",
-            "|---|---|---|---|---|---|"]
-    return {t: "\n".join(head + rows) + "\n" for t, rows in tables.items()}
+        budget = int(node.get("budget_frames") or node.get("budget_updates") or 0)
+        cells.setdefault(str(node.get("table", opt.split("/")[0])), {})[
+            (str(node.get("algo", "")), str(node.get("env", "")))] = (
+            "config (curves only)" if mean is None else f"{value(mean)} ± {value(std)}", opt, budget)
+    out = {}
+    for table, grid in cells.items():
+        unit = "updates" if table == "table2" else "frames"
+        algos = sorted({a for a, _ in grid})
+        smallest = {e: min(b for (_, e2), (_, _, b) in grid.items() if e2 == e) for _, e in grid}
+        envs = sorted(smallest, key=lambda e: (smallest[e], e))
+        lines = ["| Algorithm | " + " | ".join(cell(e) for e in envs) + " |", "|---" * (len(envs) + 1) + "|"]
+        for a in algos:
+            row = [f"[{v}](../reference/presets/paper.md#{_anchor(opt)})" if (a, e) in grid else "—"
+                   for e in envs for v, opt, _ in [grid.get((a, e), ("", "", 0))]]
+            lines.append(f"| **{cell(a)}** | " + " | ".join(row) + " |")
+        lines += ["", "The paper's mean ± std over seeds; each value links to the config that reproduces "
+                  "the cell (`rlrun +paper=<config>`). Budgets per run:", ""]
+        for budget in sorted({b for _, _, b in grid.values()}):
+            keys = [k for k, (_, _, b) in grid.items() if b == budget]
+            lines.append(f"- {budget:,} {unit}: {', '.join(sorted({a for a, _ in keys}))} on "
+                         f"{', '.join(e for e in envs if any(e == e2 for _, e2 in keys))}")
+        out[table] = "\n".join(lines) + "\n"
+    return out
 
 
 def pages() -> dict[str, str]:
@@ -415,6 +470,15 @@ def pages() -> dict[str, str]:
         preset_index.append(f"| [{group}]({slug}.md) | " + ", ".join(
             f"[`{o}`]({slug}.md#{_anchor(o)})" for o in options) + " |")
     out["presets/index.md"] = "\n".join(preset_index) + "\n"
+    algos = config_groups()["algo"]
+    for algo in algos:
+        out[f"algo/{algo}.md"] = algo_page(algo)
+    out["algo/index.md"] = "\n".join([
+        "# Algorithms", "", "One page per algorithm preset (`algo=NAME`): what it selects and sets, and "
+        "every option of its components with the value it gives. Generated by "
+        "`python -m rlrun.cli.reference`; do not edit.", "", "| algo | What it is |", "|---|---|"] + [
+        f"| [`{a}`]({a}.md) | {cell(_first_comment(_group_dirs()['algo'] / f'{a}.yaml').split('. ')[0])} |"
+        for a in algos]) + "\n"
     out["config.md"] = config_page()
     out["metrics.md"] = metrics_page()
     out["exit-codes.md"] = exit_codes_page()
@@ -424,6 +488,8 @@ def pages() -> dict[str, str]:
         "# Reference", "", "Generated from the code by `python -m rlrun.cli.reference` (a test fails "
         "when these pages differ from a fresh generation): the same registry, signatures and config "
         "tree that `rlrun list` shows and the one-line errors check against.", "",
+        "- [Algorithms](algo/index.md): each `algo=NAME` preset whole, its components' options with "
+        "the values it gives them.",
         "- [Run config](config.md): the sections that are not components (top level, `trainer`, "
         "`eval`, `checkpoint`, `paper`, `online`).",
         f"- [Components](components/index.md): {n_components} registered components in {len(KINDS)} "

@@ -80,3 +80,15 @@ def test_every_exit_code_is_in_the_exit_codes_page():
 def test_a_cell_keeps_a_table_row_whole():
     assert reference.cell("a | b ``x|y`` <dir>") == "a \\| b <code>x&#124;y</code> &lt;dir&gt;"
     assert reference.arg_docs(reference.arg_docs) == {}
+
+
+def test_what_rlrun_passes_to_factories_is_not_listed_as_an_option():
+    """``SUPPLIED`` (left out of the option tables) names every keyword rlrun's own build calls pass."""
+    call = re.compile(r"\bbuild\(\"(\w+)\",(.*?)\)(?:\.|$|\n|,)", re.S)
+    seen: dict[str, set[str]] = {}
+    for rel in ("rlrun/lifecycle/build.py", "rlrun/lifecycle/run.py", "rlrun/loggers/tracking.py"):
+        for kind, args in call.findall((ROOT / rel).read_text()):
+            seen.setdefault(kind, set()).update(k for k in re.findall(r"\b(\w+)=", args) if k != "key")
+    assert {"model", "loss", "optim", "buffer", "collector", "hook", "logger", "exploration"} <= set(seen)
+    for kind, names in seen.items():
+        assert names <= reference.SUPPLIED[kind], (kind, names - reference.SUPPLIED[kind])
