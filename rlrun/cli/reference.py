@@ -157,7 +157,9 @@ def preset_comments(kind: str, name: str) -> dict[str, str]:
     of an option whose factory's docstring has none."""
     folder = CONF_DIR / kind
     out: dict[str, str] = {}
-    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+    paths = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    own = [q for q in paths if q.stem == name]
+    for path in own or paths:  # another preset's comment may describe its own use (minibatch's capacity)
         comments = _config_comments(path)
         if comments.get("name", ("",))[0] == name:
             for key, (_, comment) in comments.items():
