@@ -4,7 +4,7 @@
 changes nothing; on a rank it joins the process group and gives back this rank's config and
 directory:
 
-- the budget (``total_frames``), the collector's ``frames_per_batch`` and the loss's batch
+- the collector's budget (``total_frames``), its ``frames_per_batch`` and the loss's batch
   (``buffer.batch_size``) are divided by the world size and the off-policy update rate
   (``trainer.updates_per_frame``) multiplied by it, so N ranks together collect and learn from
   what one process would, with its number of updates (N ranks on 1/N of a batch compute one
@@ -91,6 +91,10 @@ def rank_config(cfg: DictConfig, world: World) -> DictConfig:
                                                    "collector.frames_per_batch")
         if OmegaConf.select(cfg, "collector.init_random_frames"):
             out.collector.init_random_frames = int(cfg.collector.init_random_frames) // world.size
+        if OmegaConf.select(cfg, "trainer.learning_starts"):  # counted back in the world's frames (ranked)
+            out.trainer.learning_starts = int(cfg.trainer.learning_starts) // world.size
+        if OmegaConf.select(cfg, "exploration.annealing_frames"):  # a rank's exploration sees its frames
+            out.exploration.annealing_frames = max(1, int(cfg.exploration.annealing_frames) // world.size)
         if OmegaConf.select(cfg, "trainer.updates_per_frame"):
             # a rank sees 1/N of the frames: N x the rate keeps one process's updates per global frame
             out.trainer.updates_per_frame = float(cfg.trainer.updates_per_frame) * world.size

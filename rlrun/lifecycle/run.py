@@ -26,6 +26,7 @@ from rlrun.core.registry import build
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.distributed.ranked import one_run
 from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device
 from rlrun.lifecycle.load import write_policy_file
@@ -97,7 +98,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)
     torch.manual_seed(cfg.seed)
     with contextlib.ExitStack() as closing:
-        run = build_run(cfg, run_dir, device)
+        run = one_run(build_run(cfg, run_dir, device))  # issue 39: counted in all ranks' frames
         broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
         closing.callback(run.close)
         closing.callback(run.collector.shutdown)

@@ -64,7 +64,7 @@ def test_a_killed_rank_stops_the_others_and_the_same_command_resumes(tmp_path):
     (run_dir,) = tmp_path.glob("runs/*/*")
     frames = [torch.load(p, weights_only=True)["frames"]
               for p in (run_dir / "checkpoint.pt", run_dir / "ranks" / "1" / "checkpoint.pt")]
-    assert frames == [8192, 8192]
+    assert frames == [16384, 16384]  # the world's frames, on each rank
 
 
 def _alive(pid: int) -> bool:

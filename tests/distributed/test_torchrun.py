@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import logged
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 ARGS = ["algo=ppo", "env=cartpole", "total_frames=4096", "logger=csv", "progress=false",
@@ -53,7 +54,8 @@ def test_both_ranks_hold_the_same_weights_and_their_own_collectors(two_ranks):
     assert zero["policy"].keys() == one["policy"].keys()
     assert all(torch.equal(v, one["policy"][k]) for k, v in zero["policy"].items())
     assert zero["optim_steps"] == one["optim_steps"] > 0
-    assert zero["frames"] + one["frames"] == 4096  # the budget counts both ranks
+    assert zero["frames"] == one["frames"] == 4096  # the budget counts both ranks' frames
+    assert zero["collector"]["frames"] == one["collector"]["frames"] == 2048  # each collected half
     assert not torch.equal(zero["rng"]["torch"], one["rng"]["torch"])  # seeded per rank
 
 
@@ -62,6 +64,14 @@ def test_no_metric_is_logged_twice_at_one_step(two_ranks):
     with open(run_dir / "metrics.csv") as f:
         rows = [(r["key"], r["step"]) for r in csv.DictReader(f)]
     assert rows and len(rows) == len(set(rows))
+
+
+def test_metrics_count_every_ranks_frames(two_ranks):
+    _, run_dir, _ = two_ranks
+    frames = logged(run_dir, "frames")
+    assert max(frames) == 4096 and all(step == value for step, value in frames.items()), frames
+    returns = logged(run_dir, "train/episode_return")
+    assert returns and set(returns) <= set(frames)
 
 
 def test_another_world_size_is_refused_in_one_line(two_ranks, tmp_path):
