@@ -13,12 +13,12 @@ directory:
 - rank 0 owns the run's face: the run directory (broadcast, so every rank agrees), the tracker,
   the progress line, evaluation, and the shared checkpoint; rank r > 0 keeps its own part (its
   collector, envs, replay shard, RNG) in ``<run dir>/ranks/<r>`` with ``logger=none``;
-- ``<run dir>/world.json`` records the world size; a resume with another one is refused.
+- ``<run dir>/world.json`` records the world size and the last checkpoint all ranks committed
+  (``rlrun.distributed.checkpoint``); a resume with another world size is refused.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,9 +29,8 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlrun.distributed.checkpoint import CHECKPOINT, MANIFEST, read_manifest, recover, write_manifest
 from rlrun.distributed.world import World, WorldError, rank_seed, shard, start, stop, world_from_env
-
-WORLD_FILE = "world.json"
 
 
 @contextmanager
@@ -50,11 +49,17 @@ def joined(cfg: DictConfig, run_dir: Path) -> Iterator[tuple[DictConfig, Path, W
         shared = [str(run_dir)]
         dist.broadcast_object_list(shared, src=0)  # Hydra's run dir as rank 0 named it
         run_dir = Path(shared[0])
-        check_world_file(run_dir, world.size, cfg.get("resume"))  # every rank alike: all refuse, or none
-        dist.barrier()
-        if world.leader:
-            write_world_file(run_dir, world.size)
-        yield rank_config(cfg, world), rank_dir(run_dir, world), world
+        resume = cfg.get("resume")
+        check_world_file(run_dir, world.size, resume)  # every rank alike: all refuse, or none
+        own = rank_dir(run_dir, world)
+        fresh = resume in (False, "false", "never") or not (run_dir / MANIFEST).is_file()
+        if not fresh:
+            recover(own, run_dir)  # a save a kill interrupted: completed or discarded, as committed
+            _check_parts(own / CHECKPOINT)
+        dist.barrier()  # every rank has read the manifest before rank 0 may write it
+        if world.leader and fresh:
+            write_manifest(run_dir, world.size, None)
+        yield rank_config(cfg, world), own, world
     finally:
         stop()
 
@@ -74,6 +79,11 @@ def refuse_unshardable(cfg: DictConfig) -> None:
         raise WorldError("a target return stops rank 0 alone (evaluation runs there), leaving the "
                          "other ranks waiting in a collective", key="eval.target_return",
                          fix="eval.target_return=null")
+    resume = cfg.get("resume")
+    if resume not in (None, True, False, "auto", "true", "false", "never"):
+        raise WorldError("each rank resumes its own part of a checkpoint from the run directory, and "
+                         "another run's parts would repeat its ranks' env states and replay shards",
+                         key="resume", fix="resume=auto (the same run directory) or resume=false")
     if cfg.get("dataset"):
         raise WorldError("offline runs are not sharded over ranks yet", key="dataset",
                          fix="run offline families in one process")
@@ -113,22 +123,23 @@ def rank_dir(run_dir: Path, world: World) -> Path:
     return run_dir if world.leader else run_dir / "ranks" / str(world.rank)
 
 
+def _check_parts(path: Path) -> None:
+    """Every rank has its part of the checkpoint, or none has (a resume loads them together)."""
+    have: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(have, path.is_file())
+    if any(have) and not all(have):
+        missing = [r for r, h in enumerate(have) if not h]
+        raise WorldError(f"rank {missing[0]}'s part of the checkpoint is missing beside the others'",
+                         key="resume", fix="start afresh with resume=false")
+
+
 def check_world_file(run_dir: Path, size: int, resume: Any) -> None:
     """Refuses a resume under another world size than the run directory's."""
-    path = run_dir / WORLD_FILE
-    if path.is_file() and resume not in (False, "false", "never"):
-        saved = json.loads(path.read_text()).get("world_size")
+    if (run_dir / MANIFEST).is_file() and resume not in (False, "false", "never"):
+        saved = read_manifest(run_dir).get("world_size")
         if saved != size:
             raise WorldError(f"the checkpoint in {run_dir} was trained on {saved} ranks, this run has {size} "
                              "(replay shards, env states and budget shares are per rank)",
                              key="nproc-per-node",
                              fix=f"rerun with {saved} ranks, or start afresh with resume=false")
 
-
-def write_world_file(run_dir: Path, size: int) -> None:
-    """Records the world size beside the checkpoint (rank 0), atomically."""
-    path = run_dir / WORLD_FILE
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"world_size": size}))
-    os.replace(tmp, path)

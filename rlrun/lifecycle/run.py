@@ -26,6 +26,7 @@ from rlrun.core.registry import build
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.distributed import checkpoint as parts
 from rlrun.distributed.ranked import one_run
 from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device
@@ -92,7 +93,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
-    state = checkpoint.load(ckpt_path) if ckpt_path else None
+    state = parts.load(ckpt_path) if ckpt_path else None  # alone: checkpoint.load; ranks: rlrun.distributed
     # resolved once: config.yaml, the config hash, each checkpoint and the policy file hold it
     config_text = OmegaConf.to_yaml(cfg, resolve=True)
     resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)
@@ -369,8 +370,8 @@ class CheckpointWriter:
         logger = trainer.logger
         run_id = logger.run_id if logger is not None else None
         self.note_run_id(run_id)  # before the checkpoint, which then never names a run tracking.json lacks
-        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
-                         "config": self.config_text}, self.path)
+        parts.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
+                    "config": self.config_text}, self.path)  # alone: checkpoint.save; ranks: one commit
         pause_point("checkpoint_commit")
         self.rotate(trainer.frames)
         if logger is not None:

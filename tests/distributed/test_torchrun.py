@@ -5,6 +5,7 @@ record without repeated (metric, step); a resume under another world size refuse
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -39,7 +40,8 @@ def two_ranks(tmp_path_factory):
 
 def test_one_run_directory_with_each_ranks_part(two_ranks):
     _, run_dir, _ = two_ranks
-    assert (run_dir / "world.json").read_text() == '{"world_size": 2}'
+    assert json.loads((run_dir / "world.json").read_text()) == {"world_size": 2, "frames": 4096}
+    assert not list(run_dir.glob("**/checkpoint.pending-*"))  # the last commit completed
     assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "ranks" / "1" / "checkpoint.pt").is_file()
     assert not (run_dir / "ranks" / "1" / "metrics.csv").exists()  # rank 1 logs nothing
     done = two_ranks[2]
@@ -51,8 +53,11 @@ def test_both_ranks_hold_the_same_weights_and_their_own_collectors(two_ranks):
     _, run_dir, _ = two_ranks
     zero = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     one = torch.load(run_dir / "ranks" / "1" / "checkpoint.pt", weights_only=True)
-    assert zero["policy"].keys() == one["policy"].keys()
-    assert all(torch.equal(v, one["policy"][k]) for k, v in zero["policy"].items())
+    assert {"policy", "loss", "optimizer"} <= zero.keys() and not {"policy", "loss", "optimizer"} & one.keys()
+    assert zero["world_size"] == one["world_size"] == 2  # the shared state once, each rank's own beside it
+    policy = torch.load(run_dir / "ranks" / "1" / "policy.pt", weights_only=True)["policy"]
+    assert zero["policy"].keys() == policy.keys()
+    assert all(torch.equal(v, policy[k]) for k, v in zero["policy"].items())
     assert zero["optim_steps"] == one["optim_steps"] > 0
     assert zero["frames"] == one["frames"] == 4096  # the budget counts both ranks' frames
     assert zero["collector"]["frames"] == one["collector"]["frames"] == 2048  # each collected half
@@ -78,7 +83,8 @@ def test_another_world_size_is_refused_in_one_line(two_ranks, tmp_path):
     _, run_dir, _ = two_ranks
     copy = tmp_path / "runs" / "ppo-cartpole"
     shutil.copytree(run_dir.parent, copy)
-    (tmp_path / "runs" / "ppo-cartpole" / run_dir.name / "world.json").write_text('{"world_size": 4}')
+    (tmp_path / "runs" / "ppo-cartpole" / run_dir.name / "world.json").write_text(
+        '{"world_size": 4, "frames": 4096}')
     done = _torchrun(tmp_path, 2)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
