@@ -37,11 +37,6 @@ unset, a fork is made when a core is free for it (``spare_core``)."""
 _EXIT, _RESULT, _AGAIN = b"X", b"R", b"A"
 
 
-class Again(BaseException):
-    """Raised in the child to hand the work back to the parent (a ``BaseException``, so that
-    Hydra's ``run_job``, which catches ``Exception`` from a task, lets it through)."""
-
-
 def available() -> bool:
     """Whether to compose ``beside`` (a fork: Linux/macOS; not with ``HYDRA_FULL_ERROR=1``, whose
     tracebacks belong in the run's own process): as ``RLRUN_COMPOSE_BESIDE`` says, else when
@@ -152,7 +147,7 @@ def _child(work: Callable[[], Any], fd: int) -> None:
             message = _RESULT + pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         else:
             message = _EXIT + str(result).encode()
-    except BaseException:  # Again, a bug, an unpicklable result: the parent does it itself
+    except BaseException:  # a bug, an unpicklable result: the parent does it itself
         message = _AGAIN
     finally:
         try:

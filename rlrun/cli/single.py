@@ -1,55 +1,85 @@
-"""A single run (``rlrun key=value ...``) with its config composed once, beside torch's import.
+"""A single run (``rlrun key=value ...``): its config composed once and checked, then trained.
 
-``hydra.main`` composes a run's config three times (``precheck``'s check of the presets,
-``Hydra.get_mode``, ``Hydra.run``: 1.1 s of a 1,024-frame run's start-up). ``run_single``
-does what ``hydra.main`` -> ``Hydra.run`` does with one Hydra instance and one compose,
-which ``rlrun.lifecycle.compose.precheck`` makes and checks; multiruns, ``--cfg``, ``--help`` and the like
-keep Hydra's own path. The compose and its checks run in a forked process while this one
-imports torch (``rlrun.cli.beside``); a bad input ends the command there, before torch.
+``hydra.main`` composes a run's config three times (``Hydra.get_mode``, ``Hydra.run``, and
+rlrun's check of the presets before it: 1.1 s of a 1,024-frame run's start-up). ``run_single``
+composes once (``rlrun.lifecycle.compose.compose_single``) on a Hydra instance and runs the job
+as ``Hydra.run`` does (``rlrun.core.private.hydra``); multiruns, ``--cfg``, ``--help`` and the
+like keep Hydra's own path (``rlrun.cli.job.hydra_main``). The compose and its checks run in a
+forked process while this one imports torch (``rlrun.cli.beside``); a bad input ends the command
+there, before torch.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from rlrun.core.errors import RlrunError
 
 
-def run_single(argv: list[str], task: Callable, precheck: Callable, config_error: Callable[[RlrunError], int],
-               fallback: Callable[..., int], interrupted: Callable,
-               meanwhile: Callable[[], None] | None = None) -> int:
-    """Runs ``task`` on the config ``precheck(argv, hydra)`` composes, as ``Hydra.run`` would.
+def run_single(argv: list[str], beside: bool = False) -> int:
+    """Composes, checks and trains one run; returns the command's exit code.
 
-    Falls back to Hydra's own path (``fallback(argv)``) when composing fails without an error of
-    precheck's, so that Hydra's message is unchanged. With ``meanwhile`` (importing torch), that
-    runs in this process while a forked one composes (``rlrun.cli.beside``), unless turned off.
+    With ``beside`` (the process's own command: a caller of ``rlrun.cli.main.main`` in its own
+    process, such as a test, keeps its streams and is never ended by a forked child's exit code),
+    the config is composed in a forked process while this one imports torch and the training
+    modules, and MLflow's worker starts first.
     """
     from hydra import version
 
-    from rlrun.cli import beside
+    from rlrun.cli import beside as fork
+    from rlrun.cli.job import hydra_main, task
+    from rlrun.core.private import hydra as private
 
+    if not private.available():  # this Hydra moved a private name: its public path, same run
+        return hydra_main(argv)
     version.setbase("1.3")  # as hydra.main(version_base="1.3") does
     sys.argv = [sys.argv[0], *argv]
-    composed: Any = beside.AGAIN
-    if meanwhile is not None and beside.available():
-        def in_child() -> Any:  # the fallback's task must not train in the child: the parent does
-            return _compose(argv, task, precheck, config_error, lambda a: fallback(a, task=_hand_back))
+    composed: Any = fork.AGAIN
+    if beside and _may_log_to_mlflow(argv):
+        from rlrun.loggers.remote import start_early
 
-        composed = beside.beside(in_child, meanwhile)
-    if composed is beside.AGAIN:
-        composed = _compose(argv, task, precheck, config_error, fallback)
+        start_early()
+    if beside and fork.available():
+        composed = fork.beside(lambda: _compose(argv), _import_training)
+    if composed is fork.AGAIN:  # not forked, or the child could not settle it: the same, here
+        composed = _compose(argv)
     if isinstance(composed, int):
         return composed
-    cfg, task_name = composed
     try:
-        _check_run_dir(cfg)
+        _check_run_dir(composed)
     except RlrunError as err:
         return config_error(err)
-    return _run(cfg, task_name, task, interrupted)
+    from rlrun.cli.job import exit_code
+    from rlrun.lifecycle.compose import register_resolvers
+
+    register_resolvers(signatures=False)  # the config's ${...}: composed elsewhere, resolved here
+    return exit_code(lambda: private.run(composed, task))
+
+
+def _compose(argv: list[str]) -> Any:
+    """The run's config, or the exit code of a reported error (rlrun's one line, or Hydra's own)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rlrun.core.private.hydra import create
+    from rlrun.lifecycle.compose import CONF_DIR, compose_single
+
+    hydra = create(CONF_DIR)
+    try:
+        return compose_single(argv, hydra)
+    except RlrunError as err:
+        return config_error(err)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def config_error(err: RlrunError) -> int:
+    """Prints ``err`` as one line and returns its exit code (``HYDRA_FULL_ERROR=1``: raises it)."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    print(f"rlrun: error: {err.render()}", file=sys.stderr)
+    return err.exit_code
 
 
 def _check_run_dir(cfg: Any) -> None:
@@ -71,79 +101,16 @@ def _check_run_dir(cfg: Any) -> None:
     check_tree(run_dir)
 
 
-def _hand_back(cfg: Any) -> None:
-    """The fallback's task in the forked child: Hydra's own path must train in the parent."""
-    from rlrun.cli.beside import Again
-
-    raise Again()
-
-
-def _compose(argv: list[str], task: Callable, precheck: Callable, config_error: Callable[[RlrunError], int],
-             fallback: Callable[[list[str]], int]) -> Any:
-    """``(cfg, task name)`` of the run, or the exit code of a reported error."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import (
-        create_automatic_config_search_path,
-        detect_calling_file_or_module_from_task_function,
-        detect_task_name,
-        run_and_report,
-    )
-    from hydra.core.global_hydra import GlobalHydra
-
-    from rlrun.lifecycle.compose import CONF_DIR
-
-    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
-    search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
-    task_name = detect_task_name(calling_file, calling_module)
-    hydra = run_and_report(lambda: Hydra.create_main_hydra2(task_name=task_name,
-                                                            config_search_path=search_path))
-    try:
-        try:
-            cfg = precheck(argv, hydra)
-        except RlrunError as err:
-            return config_error(err)
-    finally:
-        GlobalHydra.instance().clear()
-    if cfg is None:
-        return fallback(argv)
-    return cfg, task_name
+def _may_log_to_mlflow(argv: list[str]) -> bool:
+    """Whether the command line leaves the logger at the default (MLflow) or picks MLflow: its
+    worker is then worth starting before the config is composed (``rlrun.loggers.remote.start_early``;
+    one the composed config does not use is ended)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "logger" and value != "mlflow":
+            return False
+    return True
 
 
-def _run(cfg: Any, task_name: str, task: Callable, interrupted: Callable) -> int:
-    """Runs ``task`` on the composed ``cfg`` as ``Hydra.run`` does (a job in ``hydra.run.dir``)."""
-    from hydra._internal.callbacks import Callbacks
-    from hydra._internal.utils import run_and_report
-    from hydra.core.utils import JobRuntime, configure_log, run_job, setup_globals
-    from hydra.types import HydraContext
-
-    from rlrun.lifecycle.compose import register_resolvers
-
-    register_resolvers(signatures=False)  # the config's ${...}: composed elsewhere, resolved here
-    setup_globals()  # Hydra's ${now:...} and ${hydra:...}, as its Hydra instance registers them
-    JobRuntime.instance().set("name", task_name)
-    configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)  # as compose_config did where it ran
-
-    def run() -> None:
-        callbacks = Callbacks(cfg)
-        callbacks.on_run_start(config=cfg, config_name="config")
-        # run_job reads no config loader: the config is composed already
-        ret = run_job(hydra_context=HydraContext(config_loader=None, callbacks=callbacks),
-                      task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
-                      configure_logging=True)
-        callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
-        _ = ret.return_value  # raises the task's exception, for run_and_report to print
-
-    return exit_code(lambda: run_and_report(run), interrupted)
-
-
-def exit_code(call: Callable[[], object], interrupted: Callable[[KeyboardInterrupt], str]) -> int:
-    """Runs Hydra's part of a command: 0, or 130 with one line (``interrupted``) for a Ctrl-C while
-    Hydra sets the run up, not a traceback (``HYDRA_FULL_ERROR=1`` keeps the traceback)."""
-    try:
-        call()
-    except KeyboardInterrupt as stop:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(interrupted(stop), file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT
-    return 0
+def _import_training() -> None:
+    import rlrun.lifecycle.run  # noqa: F401 -- torch and the training modules, while the config is composed

@@ -6,7 +6,7 @@ once, in the driver, before any job (registered under ``hydra.callbacks`` in
 the sweep directory, tagged ``rlrun.sweep_parent``) and records it in
 ``<sweep dir>/sweep.json``; rerunning the same sweep directory (an Optuna study continued, a
 sweep rerun to finish its jobs) reuses it. Each job finds the parent through its own sweep
-directory (``job_tags``, called by ``rlrun.cli.main.run_tags``), whatever process or node it runs
+directory (``job_tags``, called by ``rlrun.cli.job.run_tags``), whatever process or node it runs
 on, and its MLflow run gets ``mlflow.parentRunId``: MLflow's UI shows the sweep as one
 expandable row. Nothing enters the config, so config hashes do not change.
 

@@ -1,6 +1,6 @@
 """Composing and checking a command line's config before anything is built: the config tree
 (``CONF_DIR``), rlrun's resolvers, ``precheck`` (overrides, keys, values, env ids, the run
-directory) and ``compose_run`` (one compose for a single run). Every ``rlrun`` command and the
+directory) and ``compose_single`` (one compose for a single run, checked). Every ``rlrun`` command and the
 launchers read the config through here."""
 
 
@@ -202,108 +202,131 @@ def list_components(args: list[str]) -> int:
     return 0
 
 
-def precheck(args: list[str], hydra=None):
-    """Reports unknown presets and misspelt keys with a fix, before Hydra composes.
-
-    With ``hydra`` (a single run, ``hydra._internal.hydra.Hydra``), the run's config is composed
-    here, once, and returned (None when that fails without one of these errors: Hydra then
-    reports it): composing takes 0.3-0.6 s, and Hydra's own path composes three times.
-    """
+def precheck(args: list[str]) -> None:
+    """Reports unknown presets and misspelt keys with a fix (``ConfigError``), before Hydra composes:
+    the checks of every command that hands its overrides to Hydra (multiruns, ``explain``, launchers).
+    A single run composes and checks at once (``compose_single``)."""
     from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
 
-    register_resolvers()  # conf/config.yaml uses them; every command prechecks (explain, eval, runs)
-
-    overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    checks = _Overrides(args)
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=checks.groups, return_hydra_config=True)
     except Exception as err:
-        for arg in overrides:  # a value holding Hydra's grammar (a path that does not exist yet)
-            key, _, value = arg.partition("=")
-            if any(c in value for c in "=,") and value[:1] not in ("'", '"'):
-                raise ConfigError(f"the value {value!r} holds '=' or ',', which Hydra's override grammar "
-                                  "reads as syntax", key=key.lstrip("+~"),
-                                  fix=f"quote it: \"{key}='{value}'\" (an existing path is quoted for you: "
-                                  "check that it exists)") from None
-        raise ConfigError(f"cannot parse overrides: {err}",
-                          fix="write overrides as key=value, e.g. seed=1") from None
-    for o in parsed:  # a long key would reach the file system as a config group name (OSError 36)
-        key = o.key_or_group
-        if len(key) > MAX_KEY_LEN:
-            raise ConfigError(f"override key of {len(key)} characters", key=f"{key[:40]}...",
-                              fix="config keys are short names: check the override (see `rlrun --cfg job`)")
-    _check_writable(parsed, multirun=any(a in ("-m", "--multirun") for a in args))
-    groups = config_groups()
-    group_overrides, value_overrides, edit_overrides = [], [], []
-    for o in parsed:
-        key = o.key_or_group
-        if key.startswith("hydra") or o.package:
-            continue
-        if key in groups:
-            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
-                continue  # Hydra expands and checks globs itself
-            values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
-                      else [str(o.value())])
-            for v in values:
-                if v not in groups[key]:
-                    raise ConfigError(f"unknown {key} {v!r}.{did_you_mean(v, groups[key])}",
-                                      key=key, fix=f"use one of: {', '.join(groups[key])}")
-            if not o.is_sweep_override():
-                group_overrides.append(o.input_line)
-        elif o.is_add() or o.is_delete():
-            edit_overrides.append(o)
-        elif not o.is_force_add():
-            value_overrides.append(o)
-    if hydra is not None:
-        pass  # compose_run: this module
-
-        composed = compose_run(hydra, overrides)
-        if composed is not None:  # every override applied: the keys exist; only ${refs} are left
-            pass  # check_env_id: this module
-
-            _check_refs(parsed, composed)
-            check_env_id(composed)
-            check_run_sections(composed)
-            return composed
-    try:
-        if hydra is not None:  # composing failed: compose the presets alone to name the mistake
-            from hydra.types import RunMode
-
-            cfg = hydra.compose_config("config", group_overrides, run_mode=RunMode.RUN, from_shell=False)
-        else:
-            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-                cfg = compose("config", overrides=group_overrides, return_hydra_config=True)
-    except Exception as err:
-        _not_in_defaults(err, parsed)
+        _not_in_defaults(err, checks.parsed)
         raise
-    for o in value_overrides:
-        parent_key, _, leaf = o.key_or_group.rpartition(".")
-        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-        if parent is None or not OmegaConf.is_dict(parent):
-            raise ConfigError(f"{parent_key or o.key_or_group!r} is not a config section",
-                              key=o.key_or_group, fix="check the key with `rlrun --cfg job`")
-        if leaf not in parent:
-            raise ConfigError(
-                f"no such config key.{did_you_mean(leaf, [str(k) for k in parent.keys()])}",
-                key=o.key_or_group,
-                fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
-                f"+{o.key_or_group}=...")
-    deleted: list[str] = []  # Hydra applies overrides in order: `~k +k={...}` re-adds k
-    for o in edit_overrides:  # Hydra refuses these too, but in 4 lines and with exit 1
-        key = o.key_or_group
-        there = (OmegaConf.select(cfg, key, default=_NOT_FOUND) is not _NOT_FOUND
-                 and not any(key == d or key.startswith(d + ".") for d in deleted))
-        if o.is_delete():
-            deleted.append(key)
-        if o.is_add() and there:
-            raise ConfigError("the key exists already, so it cannot be added with +", key=o.key_or_group,
-                              fix=f"drop the +: {o.key_or_group}=...")
-        if o.is_delete() and not there:
-            raise ConfigError("no such config key to delete", key=o.key_or_group,
-                              fix="check the key with `rlrun --cfg job`")
-    _check_refs(parsed, cfg)
-    return None
+    checks.against(cfg)
+
+
+def compose_single(args: list[str], hydra: Any) -> Any:
+    """A single run's config, composed once on ``hydra`` (``rlrun.core.private.hydra.create``) and
+    checked: overrides, keys, ``${refs}``, the env id, the run's sections (``ConfigError``).
+
+    Composing takes 0.3-0.6 s, and Hydra's own path composes three times. A config that does not
+    compose is composed again from its presets alone, whose checks name the mistake; if they find
+    none, Hydra reports it as ``hydra.main`` would (its message, exit 1)."""
+    from rlrun.core.private.hydra import report
+
+    checks = _Overrides(args)
+    cfg = compose_run(hydra, checks.overrides)
+    if cfg is None:
+        from hydra.types import RunMode
+
+        try:
+            presets = hydra.compose_config("config", checks.groups, run_mode=RunMode.RUN, from_shell=False)
+        except Exception as err:
+            _not_in_defaults(err, checks.parsed)
+            raise
+        checks.against(presets)
+        cfg = report(lambda: _compose(hydra, checks.overrides))
+    _check_refs(checks.parsed, cfg)  # every override applied: the keys exist; only ${refs} are left
+    check_env_id(cfg)
+    check_run_sections(cfg)
+    return cfg
+
+
+class _Overrides:
+    """A command line's overrides, parsed and checked alone (grammar, key lengths, preset names,
+    the run directory's room); ``against`` checks them on the presets' config."""
+
+    def __init__(self, args: list[str]):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.core.override_parser.types import ValueType
+
+        register_resolvers()  # conf/config.yaml uses them; every command prechecks (explain, eval, runs)
+        self.overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+        try:
+            self.parsed = OverridesParser.create().parse_overrides(self.overrides)
+        except Exception as err:
+            for arg in self.overrides:  # a value holding Hydra's grammar (a path that does not exist yet)
+                key, _, value = arg.partition("=")
+                if any(c in value for c in "=,") and value[:1] not in ("'", '"'):
+                    raise ConfigError(f"the value {value!r} holds '=' or ',', which Hydra's override "
+                                      "grammar reads as syntax", key=key.lstrip("+~"),
+                                      fix=f"quote it: \"{key}='{value}'\" (an existing path is quoted for "
+                                      "you: check that it exists)") from None
+            raise ConfigError(f"cannot parse overrides: {err}",
+                              fix="write overrides as key=value, e.g. seed=1") from None
+        for o in self.parsed:  # a long key would reach the file system as a config group name (OSError 36)
+            key = o.key_or_group
+            if len(key) > MAX_KEY_LEN:
+                raise ConfigError(f"override key of {len(key)} characters", key=f"{key[:40]}...",
+                                  fix="config keys are short names: check the override "
+                                  "(see `rlrun --cfg job`)")
+        _check_writable(self.parsed, multirun=any(a in ("-m", "--multirun") for a in args))
+        groups = config_groups()
+        self.groups: list[str] = []
+        self.values: list = []
+        self.edits: list = []
+        for o in self.parsed:
+            key = o.key_or_group
+            if key.startswith("hydra") or o.package:
+                continue
+            if key in groups:
+                if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+                    continue  # Hydra expands and checks globs itself
+                values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
+                          else [str(o.value())])
+                for v in values:
+                    if v not in groups[key]:
+                        raise ConfigError(f"unknown {key} {v!r}.{did_you_mean(v, groups[key])}",
+                                          key=key, fix=f"use one of: {', '.join(groups[key])}")
+                if not o.is_sweep_override():
+                    self.groups.append(o.input_line)
+            elif o.is_add() or o.is_delete():
+                self.edits.append(o)
+            elif not o.is_force_add():
+                self.values.append(o)
+
+    def against(self, cfg: Any) -> None:
+        """Misspelt keys, adds of keys that exist, deletes of keys that do not, ``${refs}`` to none,
+        on ``cfg`` (the presets' config: the overrides of values not applied)."""
+        for o in self.values:
+            parent_key, _, leaf = o.key_or_group.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            if parent is None or not OmegaConf.is_dict(parent):
+                raise ConfigError(f"{parent_key or o.key_or_group!r} is not a config section",
+                                  key=o.key_or_group, fix="check the key with `rlrun --cfg job`")
+            if leaf not in parent:
+                raise ConfigError(
+                    f"no such config key.{did_you_mean(leaf, [str(k) for k in parent.keys()])}",
+                    key=o.key_or_group,
+                    fix=f"see the valid keys with `rlrun --cfg job`; to add a new key use "
+                    f"+{o.key_or_group}=...")
+        deleted: list[str] = []  # Hydra applies overrides in order: `~k +k={...}` re-adds k
+        for o in self.edits:  # Hydra refuses these too, but in 4 lines and with exit 1
+            key = o.key_or_group
+            there = (OmegaConf.select(cfg, key, default=_NOT_FOUND) is not _NOT_FOUND
+                     and not any(key == d or key.startswith(d + ".") for d in deleted))
+            if o.is_delete():
+                deleted.append(key)
+            if o.is_add() and there:
+                raise ConfigError("the key exists already, so it cannot be added with +", key=o.key_or_group,
+                                  fix=f"drop the +: {o.key_or_group}=...")
+            if o.is_delete() and not there:
+                raise ConfigError("no such config key to delete", key=o.key_or_group,
+                                  fix="check the key with `rlrun --cfg job`")
+        _check_refs(self.parsed, cfg)
 
 
 def _not_in_defaults(err: Exception, parsed: list) -> None:
@@ -382,13 +405,17 @@ def package_versions(env_id: str | None) -> dict[str, str]:
 
 def compose_run(hydra: Any, overrides: list[str]) -> Any:
     """The single run's config as ``Hydra.run`` composes it (logging configured), or None if it fails."""
-    from hydra.types import RunMode
-
     try:
-        return hydra.compose_config("config", [*overrides, "hydra.mode=RUN"], run_mode=RunMode.RUN,
-                                    with_log_configuration=True)
+        return _compose(hydra, overrides)
     except Exception:  # the checks on the preset-only config name the mistake, or Hydra reports it
         return None
+
+
+def _compose(hydra: Any, overrides: list[str]) -> Any:
+    from hydra.types import RunMode
+
+    return hydra.compose_config("config", [*overrides, "hydra.mode=RUN"], run_mode=RunMode.RUN,
+                                with_log_configuration=True)
 
 
 def check_run_sections(cfg: Any) -> None:

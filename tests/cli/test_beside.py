@@ -46,10 +46,7 @@ def test_what_the_child_cannot_settle_is_handed_back():
     def unpicklable():
         return lambda: None
 
-    def handed_back():
-        raise beside.Again()
-
-    for work in (broken, unpicklable, handed_back):
+    for work in (broken, unpicklable):
         assert beside.beside(work, lambda: None) is beside.AGAIN
 
 
@@ -76,18 +73,17 @@ def test_an_exit_code_of_the_child_ends_the_parent_in_the_middle_of_meanwhile(ou
 
 
 def _compose(argv: list[str]):
-    from rlrun.cli.main import _config_error, _run_hydra_main, _task, precheck
     from rlrun.cli.single import _compose as compose
 
-    return compose(argv, _task, precheck, _config_error, _run_hydra_main)
+    return compose(argv)
 
 
 def test_the_composed_config_survives_the_trip_between_processes_unchanged(tmp_path, monkeypatch):
     """Pickled, Hydra's config keeps every value, interpolation and flag (struct, read-only)."""
     monkeypatch.chdir(tmp_path)
-    cfg, task_name = _compose(["algo=sac", "env=pendulum", "seed=3", "logger=none"])
+    cfg = _compose(["algo=sac", "env=pendulum", "seed=3", "logger=none"])
     back = pickle.loads(pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
-    assert OmegaConf.to_yaml(back) == OmegaConf.to_yaml(cfg) and task_name == "main"
+    assert OmegaConf.to_yaml(back) == OmegaConf.to_yaml(cfg)
     for a, b in ((cfg, back), (cfg.hydra, back.hydra), (cfg.hydra.runtime, back.hydra.runtime)):
         assert [OmegaConf.is_struct(a), OmegaConf.is_readonly(a)] == [OmegaConf.is_struct(b),
                                                                       OmegaConf.is_readonly(b)]
@@ -114,8 +110,8 @@ def test_a_run_composed_beside_writes_the_same_config_files_as_one_composed_in_p
 def test_a_bad_input_ends_the_command_before_torch_is_imported(tmp_path):
     """The command's own import of torch is replaced by 60 s of sleep: a bad key still ends it
     at once, with the one-line error, once."""
-    script = ("import sys, time; import rlrun.cli.main as m; m._import_training = lambda: time.sleep(60); "
-              "sys.exit(m.main())")
+    script = ("import sys, time; import rlrun.cli.single as s; s._import_training = lambda: time.sleep(60); "
+              "import rlrun.cli.main as m; sys.exit(m.main())")
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", script, "trainer.epochs=3"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120,
