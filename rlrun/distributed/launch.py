@@ -20,17 +20,21 @@ directory:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlrun.core.errors import RlrunError
 from rlrun.distributed.checkpoint import CHECKPOINT, MANIFEST, read_manifest, recover, write_manifest
 from rlrun.distributed.world import World, WorldError, rank_seed, shard, start, stop, world_from_env
+
+_REFUSAL_GRACE_S = 10.0
 
 
 @contextmanager
@@ -39,29 +43,49 @@ def joined(cfg: DictConfig, run_dir: Path) -> Iterator[tuple[DictConfig, Path, W
     device = str(cfg.get("device") or "auto")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    world = world_from_env(device, _env())
+    try:
+        world = world_from_env(device, _env())
+        if world is not None:
+            refuse_unshardable(cfg)
+            ranked = rank_config(cfg, world)  # shares that do not divide: refused before the group starts
+            start(world, float(os.environ.get("RLRUN_COLLECTIVE_TIMEOUT_S", "120")))
+    except RlrunError as err:
+        _refuse_once(err)
     if world is None:
         yield cfg, run_dir, None
         return
-    refuse_unshardable(cfg)
-    start(world, float(os.environ.get("RLRUN_COLLECTIVE_TIMEOUT_S", "120")))
     try:
-        shared = [str(run_dir)]
-        dist.broadcast_object_list(shared, src=0)  # Hydra's run dir as rank 0 named it
-        run_dir = Path(shared[0])
-        resume = cfg.get("resume")
-        check_world_file(run_dir, world.size, resume)  # every rank alike: all refuse, or none
-        own = rank_dir(run_dir, world)
-        fresh = resume in (False, "false", "never") or not (run_dir / MANIFEST).is_file()
-        if not fresh:
-            recover(own, run_dir)  # a save a kill interrupted: completed or discarded, as committed
-            _check_parts(own / CHECKPOINT)
-        dist.barrier()  # every rank has read the manifest before rank 0 may write it
-        if world.leader and fresh:
-            write_manifest(run_dir, world.size, None)
-        yield rank_config(cfg, world), own, world
+        try:
+            shared = [str(run_dir)]
+            dist.broadcast_object_list(shared, src=0)  # Hydra's run dir as rank 0 named it
+            run_dir = Path(shared[0])
+            resume = cfg.get("resume")
+            check_world_file(run_dir, world.size, resume)  # every rank alike: all refuse, or none
+            own = rank_dir(run_dir, world)
+            fresh = resume in (False, "false", "never") or not (run_dir / MANIFEST).is_file()
+            if not fresh:
+                recover(own, run_dir)  # a save a kill interrupted: completed or discarded, as committed
+                _check_parts(own / CHECKPOINT)
+            dist.barrier()  # every rank has read the manifest before rank 0 may write it
+            if world.leader and fresh:
+                write_manifest(run_dir, world.size, None)
+        except RlrunError as err:
+            _refuse_once(err)
+        yield ranked, own, world
     finally:
         stop()
+
+
+def _refuse_once(err: RlrunError) -> NoReturn:
+    """A refusal every rank reaches alike (the same config, environment and files): rank 0 raises
+    it, for the command's one line; the others exit with its code without repeating it (or are
+    ended by the launcher once rank 0 has exited)."""
+    if (_env().get("RANK") or "0") != "0":
+        # rank 0 is saying it: outlive it, so that the launcher (torchrun ends the others when the
+        # first rank exits) does not end rank 0 before its line is out
+        time.sleep(_REFUSAL_GRACE_S)
+        raise SystemExit(err.exit_code) from None
+    raise err
 
 
 def _env() -> dict[str, str]:

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,30 @@ def test_another_world_size_is_refused_in_one_line(two_ranks, tmp_path):
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
     assert errors and "trained on 4 ranks, this run has 2" in errors[0], done.stderr[-2000:]
+
+
+def test_a_refusal_is_said_once_for_all_ranks(tmp_path):
+    if not TORCHRUN.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs torchrun and 2 cores")
+    done = _torchrun(tmp_path, 2, "total_frames=4097")
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
+    assert errors == ["rlrun: error: total_frames: 4097 does not divide by the world size 2"], done.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_master_port(tmp_path):
+    """rlrun's own group start (a SLURM task, or RANK/WORLD_SIZE/MASTER_PORT set by hand; under
+    torchrun the launcher's store holds the port and fails itself before any rank starts)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        done = subprocess.run([sys.executable, "-m", "rlrun", *ARGS], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    first = done.stderr.splitlines()[0]
+    assert first == (f"rlrun: error: MASTER_PORT: port {port} (MASTER_PORT) on 127.0.0.1 is in use by "
+                     "another process, so rank 0 cannot open the group's store there"), done.stderr
+    assert "Traceback" not in done.stderr
