@@ -15,24 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rank_procs import alive, rank_pids
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 ARGS = ["algo=ppo", "env=cartpole", "total_frames=16384", "logger=csv", "progress=false", "threads=1",
         "eval.episodes=1", "checkpoint.interval_frames=512", "checkpoint.keep_last=64"]
-
-
-def _ranks(parent: int) -> dict[int, int]:
-    """rank -> pid of torchrun's workers (their RANK environment variable)."""
-    out = {}
-    for pid in subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split():
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        rank = [e.split(b"=", 1)[1] for e in env if e.startswith(b"RANK=")]
-        if rank:
-            out[int(rank[0])] = int(pid)
-    return out
 
 
 def test_a_killed_rank_stops_the_others_and_the_same_command_resumes(tmp_path):
@@ -48,7 +35,7 @@ def test_a_killed_rank_stops_the_others_and_the_same_command_resumes(tmp_path):
         while not list(tmp_path.glob("runs/*/*/ranks/1/checkpoint.pt")):
             assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint of rank 1"
             time.sleep(0.2)
-        workers = _ranks(proc.pid)
+        workers = rank_pids(proc.pid)
         os.kill(workers[1], signal.SIGKILL)
         killed_at = time.monotonic()
         _, err = proc.communicate(timeout=60)
@@ -59,7 +46,7 @@ def test_a_killed_rank_stops_the_others_and_the_same_command_resumes(tmp_path):
     assert proc.returncode != 0
     assert stopped_in < 30, stopped_in  # torchrun ends the group as soon as a worker dies
     assert "Signal 9 (SIGKILL)" in err and "local_rank: 1" in err  # torchrun names the rank and cause
-    assert not any(_alive(pid) for pid in workers.values())
+    assert not any(alive(pid) for pid in workers.values())
     (run_dir,) = tmp_path.glob("runs/*/*")
     committed = json.loads((run_dir / "world.json").read_text())["frames"]
     at_commit = _state(run_dir, run_dir / "ranks" / "1")
@@ -116,11 +103,3 @@ def _hash(tree) -> str:
 
     walk(tree)
     return digest.hexdigest()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
