@@ -88,13 +88,13 @@ def sync(device: torch.device) -> None:
 
 def first_batch(overrides: list[str], device: torch.device, run_dir: Path) -> tuple[Any, Any, Any]:
     """The built run, its config and its first optimisation batch (as the loop forms it)."""
-    from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.build import build_parts
     from rlrun.lifecycle.explain import compose_config
     from rlrun.trainer.loop import Trainer
 
     cfg = compose_config([*overrides, *QUIET, "eval.episodes=1", f"device={device}"])
     torch.manual_seed(0)
-    run = build_run(cfg, run_dir, device)
+    run = build_parts(cfg, run_dir, device)
     trainer = Trainer(run.collector, run.loss, run.optimizer, run.hooks, run.epochs_per_batch,
                       run.optim_steps_per_epoch, run.learning_starts, run.buffer, None, policy=run.policy,
                       provided=run.provided, budget=run.budget)
@@ -225,10 +225,10 @@ def train_in_process(overrides: list[str], device: torch.device, run_dir: Path,
                      probe: Hook | None = None) -> tuple[int, str, float, dict]:
     """``rlrun <overrides>`` in this process (``probe``: one more hook); (rc, last stderr line,
     wall seconds, summary)."""
-    import rlrun.lifecycle.run as run_module
+    import rlrun.lifecycle.build as build_module
     from rlrun.cli.main import main
 
-    original = run_module.build_run
+    original = build_module.build_parts
 
     def build_with_probe(*args: Any, **kwargs: Any) -> Any:
         built = original(*args, **kwargs)
@@ -237,7 +237,7 @@ def train_in_process(overrides: list[str], device: torch.device, run_dir: Path,
         return built
 
     stderr = io.StringIO()
-    run_module.build_run = build_with_probe
+    build_module.build_parts = build_with_probe
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
@@ -245,7 +245,7 @@ def train_in_process(overrides: list[str], device: torch.device, run_dir: Path,
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else 1
     finally:
-        run_module.build_run = original
+        build_module.build_parts = original
     wall = time.perf_counter() - start
     lines = stderr.getvalue().strip().splitlines()
     summary_file = run_dir / "summary.json"
@@ -286,7 +286,7 @@ def e2e_row(device: torch.device, seconds: float, work: Path, compile: bool = Fa
 
         def post_steps(self, trainer) -> None:
             if time.perf_counter() - self.start > seconds:
-                trainer.stop_reason = f"the benchmark's {seconds:.0f} s budget"
+                trainer.request_stop(f"the benchmark's {seconds:.0f} s budget", interrupted=False)
 
     class Both(Hook):
         def __init__(self) -> None:

@@ -5,7 +5,7 @@
 
 Each family (PPO, PPO-KL, SAC, TD3, DQN, IMPALA with ``collector=sync``, IQL, CQL, DT, oDT, MAPPO, QMIX,
 MADDPG) runs in this process through ``rlrun.cli.main.main`` twice, once with ``device=<device>`` and once
-with ``device=cpu``, same seed. Training code is not changed: ``rlrun.lifecycle.run.build_run`` is wrapped
+with ``device=cpu``, same seed. Training code is not changed: ``rlrun.lifecycle.build.build_parts`` is wrapped
 for the duration of a run so that the built run gets one more hook, ``DeviceProbe``, which checks
 
 * every optimisation batch the loss sees (``post_loss``'s sub-batch) and every tensor the loss
@@ -230,13 +230,13 @@ class Outcome:
 def run_family(name: str, device: str, quick: bool, work: Path, compile: bool = False) -> Outcome:
     """Trains ``name`` on ``device`` in this process with a ``DeviceProbe``; returns what it saw
     (``compile``: with ``compile=true``; a fallback to eager is a violation)."""
-    import rlrun.lifecycle.run as run_module
+    import rlrun.lifecycle.build as build_module
     from rlrun.cli.main import main
 
     overrides = FAMILIES[name][1 if quick else 0] + (["compile=true"] if compile else [])
     run_dir = work / f"{name}-{device.replace(':', '_')}{'-compiled' if compile else ''}"
     probe = DeviceProbe(torch.device(device))
-    original = run_module.build_run
+    original = build_module.build_parts
 
     def build_with_probe(*args, **kwargs):
         built = original(*args, **kwargs)
@@ -245,7 +245,7 @@ def run_family(name: str, device: str, quick: bool, work: Path, compile: bool = 
 
     out = Outcome(device)
     start = time.perf_counter()
-    run_module.build_run = build_with_probe
+    build_module.build_parts = build_with_probe
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
@@ -253,7 +253,7 @@ def run_family(name: str, device: str, quick: bool, work: Path, compile: bool = 
     except SystemExit as exc:
         out.rc = exc.code if isinstance(exc.code, int) else 1
     finally:
-        run_module.build_run = original
+        build_module.build_parts = original
     out.wall_s = time.perf_counter() - start
     if out.rc != 0:
         out.error = (stderr.getvalue().strip().splitlines() or ["(no message)"])[-1]

@@ -118,9 +118,7 @@ class StopNow(KeyboardInterrupt):
 
 
 class Stoppable(Protocol):
-    stop_signal: int | None
-
-    def request_stop(self, reason: str) -> None: ...
+    def request_stop(self, reason: str, interrupted: bool = True, signum: int | None = None) -> None: ...
 
 
 def stop_reason(signum: int) -> str:
@@ -145,8 +143,7 @@ def install_stop_handlers(trainer: Stoppable) -> dict[int, Any]:
             raise StopNow(signum)
         received.add(signum)
         name = signal.Signals(signum).name
-        trainer.request_stop(stop_reason(signum))
-        trainer.stop_signal = signum
+        trainer.request_stop(stop_reason(signum), signum=signum)
         print(f"\n[rlrun] {name}: stopping after this batch and writing a checkpoint "
               f"({'press Ctrl-C again' if signum == signal.SIGINT else 'signal again'} to stop at once)",
               file=sys.stderr, flush=True)

@@ -21,6 +21,7 @@ components declare (``Loss.on_policy``, ``Loss.action_spaces``,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,17 +33,22 @@ from omegaconf import DictConfig, OmegaConf
 from rlrun.core.agent_groups import check_agent_groups
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import build
-from rlrun.trainer.builtins import learning_hooks, reporting_hooks
+from rlrun.distributed.ranked import one_run
+from rlrun.lifecycle.load import resolve_device  # noqa: F401 -- the run's device, as rlrun.load resolves it
+from rlrun.lifecycle.writer import CheckpointWriter, save_best
+from rlrun.loggers.deferred import DeferredLogger
+from rlrun.loggers.tracking import Progress
+from rlrun.trainer.builtins import Checkpointing, KeepBest, ProgressHook, learning_hooks, reporting_hooks
 from rlrun.trainer.hooks import Hook, TargetUpdate
-from rlrun.trainer.loop import Budget
+from rlrun.trainer.loop import Budget, Trainer
 
 OFFLINE_ROUND = 1000  # updates per round of an offline run (metrics, signals and intervals are checked
                       # between rounds): ~1-5 s of IQL on a CPU; trainer.optim_steps_per_epoch overrides
 
 
 @dataclass
-class Run:
-    """The built components of one run (everything but the logger and the lifecycle hooks)."""
+class Parts:
+    """The built components of one run and their hooks (``build_parts``); ``Run`` adds the rest."""
 
     env: Any
     eval_env: Any
@@ -65,20 +71,7 @@ class Run:
             self.eval_env.close()
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {device!r}", key="device",
-                          fix="use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("CUDA is not available here", key="device", fix="use device=cpu or auto")
-    return dev
-
-
-def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
+def build_parts(cfg: DictConfig, run_dir: Path, device: torch.device) -> Parts:
     """Builds env, policy, loss, optimiser, exploration, buffer, source and hooks.
 
     The order is fixed (it decides which draws of the global RNG initialise
@@ -137,8 +130,63 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device) -> Run:
         provided |= policy.behaviour_keys(cfg.get("collector", {}).get("explore", True))
     steps = _optim_steps(cfg, loss, buffer_cfg, source)
     learning_starts = _learning_starts(cfg, budget)
-    return Run(env, eval_env, policy, loss, optimizer, source, buffer, hooks, origins, provided,
+    return Parts(env, eval_env, policy, loss, optimizer, source, buffer, hooks, origins, provided,
                cfg.trainer.epochs_per_batch, steps, learning_starts, budget)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A whole run: its parts, the trainer over them, its logger (whose tracker run ``open`` makes
+    once a checkpoint is restored), checkpoint writer and progress line. ``with`` closes it as one
+    thing, last opened first: progress, the source's workers, the envs."""
+
+    parts: Parts
+    trainer: Trainer
+    logger: DeferredLogger
+    writer: CheckpointWriter
+    progress: Progress
+    done: int  # progress in the budget's unit where the checkpoint left it (0: a fresh start)
+    closing: contextlib.ExitStack
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closing.close()
+
+
+def build_run(cfg: DictConfig, run_dir: Path, device: torch.device, state: dict | None = None,
+              config_text: str | None = None, tracking: dict | None = None) -> Run:
+    """The whole run, every attribute given at construction: ``build_parts``, then the progress line,
+    the checkpoint writer (``tracking``: what ``tracking.json`` will hold), the logger (not yet
+    open), the compiled step (``compile=true``) and the trainer with the lifecycle hooks: progress,
+    and the checkpoint last in config order (its save() logs the batch's metrics, progress
+    included, first). ``state``: the checkpoint to resume (only its counters are read here)."""
+    with contextlib.ExitStack() as closing:  # what is built is closed if a later part fails
+        parts = one_run(build_parts(cfg, run_dir, device))  # issue 39: counted in all ranks' frames
+        closing.callback(parts.close)
+        closing.callback(parts.collector.shutdown)
+        unit, total = parts.budget.unit, parts.budget.total
+        done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
+        progress = Progress(total, done, cfg.progress, unit=unit)
+        closing.callback(progress.close)
+        writer = CheckpointWriter(cfg, run_dir, config_text, tracking)
+        hooks = {**parts.hooks, "progress": ProgressHook(progress, parts.hooks["train_stats"]),
+                 "checkpoint": Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{unit}"))}
+        if cfg.checkpoint.get("keep_best"):  # <run dir>/best/ by the evaluation return
+            hooks["keep_best"] = KeepBest(lambda frames, metrics: save_best(
+                run_dir, cfg, parts.policy, frames, metrics, writer.config_text))
+        compiled = None
+        if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
+            from rlrun.trainer.compiled import CompiledUpdate, compile_mode
+
+            compiled = CompiledUpdate(parts.loss, parts.optimizer, compile_mode(device))
+        logger = DeferredLogger(cfg.logger)
+        trainer = Trainer(parts.collector, parts.loss, parts.optimizer, hooks, parts.epochs_per_batch,
+                          parts.optim_steps_per_epoch, parts.learning_starts, parts.buffer, logger=logger,
+                          policy=parts.policy, provided=parts.provided, budget=parts.budget,
+                          compiled=compiled)
+        return Run(parts, trainer, logger, writer, progress, done, closing.pop_all())
 
 
 def _source_node(cfg: DictConfig) -> tuple[dict, str]:

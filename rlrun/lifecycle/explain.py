@@ -38,7 +38,7 @@ def explain(overrides: list[str]) -> str:
     import torch
 
     from rlrun.core.config_schema import validate_sections
-    from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.build import build_parts
     from rlrun.trainer.builtins import Checkpointing
     from rlrun.trainer.loop import Trainer
     from rlrun.trainer.wiring import describe
@@ -46,7 +46,7 @@ def explain(overrides: list[str]) -> str:
     cfg = compose_config(overrides)
     validate_sections(cfg)
     with tempfile.TemporaryDirectory() as tmp:
-        run = build_run(cfg, Path(tmp), torch.device("cpu"))
+        run = build_parts(cfg, Path(tmp), torch.device("cpu"))
         try:
             hooks = {**run.hooks, "checkpoint": Checkpointing(lambda trainer: None, 0)}
             origins = {**run.origins, "checkpoint": "built in: checkpoint.*"}

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor, nn
 
 from rlrun.core import checkpoint, formats, saved
-from rlrun.core.errors import CheckpointError
+from rlrun.core.errors import CheckpointError, ConfigError
 from rlrun.core.registry import build, untrusted
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
@@ -52,6 +52,20 @@ RUN_CONFIG_SCHEMA = checkpoint.RUN_CONFIG_SCHEMA
 # has none); ``env.imports`` and ``env.id=module:Name-v0`` import a module.
 # Hydra's instantiate keys: each one makes a node call or import something.
 CODE_KEYS = ("_target_", "_partial_", "_args_", "_call_", "_recursive_", "_convert_")
+
+def resolve_device(device: str) -> torch.device:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` as a device this machine has (``ConfigError`` if not)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {device!r}", key="device",
+                          fix="use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("CUDA is not available here", key="device", fix="use device=cpu or auto")
+    return dev
+
 
 def code_paths(node: Any, prefix: str = "") -> list[tuple[str, str]]:
     """``(key, what)`` for every place in a config container that would run code or read the
@@ -269,8 +283,6 @@ def load(path: str | Path, device: str = "cpu", deterministic: bool = True,
         trust_code: Accept a saved config that imports or calls code (``_target_``, ``env.imports``,
             ``module:id``, interpolations); only for files you trust. Off: such a file is refused.
     """
-    from rlrun.lifecycle.build import resolve_device
-
     state, cfg = read(path, trust_code)
     # the action map reads gymnasium's wrappers: a run on EnvPool loads the same env on gymnasium
     backend = {"backend": "gymnasium"} if "backend" in cfg.env else {}

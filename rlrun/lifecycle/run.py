@@ -6,10 +6,7 @@ The run directory holds ``config.yaml`` (resolved), ``checkpoint.pt``,
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
-import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,18 +23,14 @@ from rlrun.core.registry import build
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
-from rlrun.distributed import checkpoint as parts
-from rlrun.distributed.ranked import one_run
+from rlrun.distributed import checkpoint as rank_checkpoint
 from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device
 from rlrun.lifecycle.load import write_policy_file
-from rlrun.loggers import pause_point
+from rlrun.lifecycle.writer import CHECKPOINT, write_json
 from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
-from rlrun.loggers.tracking import Progress, say
-from rlrun.trainer.builtins import Checkpointing, KeepBest, ProgressHook
+from rlrun.loggers.tracking import say
 from rlrun.trainer.loop import Trainer
-
-CHECKPOINT = "checkpoint.pt"
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
@@ -87,76 +80,52 @@ def train(cfg: DictConfig, run_dir: Path, tags: dict[str, str] | None = None) ->
 
 
 def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, Any]:
-    """The story of a run: plan the resume, build, restore, open the tracker, train, summarise;
-    everything opened is closed once, last opened first (the ``ExitStack``)."""
+    """The story of a run: plan the resume, build it whole, restore, open the tracker, train,
+    summarise; everything opened is closed once, last opened first (``Run`` as a context manager)."""
     device = resolve_device(cfg.device)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
-    state = parts.load(ckpt_path) if ckpt_path else None  # alone: checkpoint.load; ranks: rlrun.distributed
+    state = rank_checkpoint.load(ckpt_path) if ckpt_path else None  # alone: checkpoint.load
     # resolved once: config.yaml, the config hash, each checkpoint and the policy file hold it
     config_text = OmegaConf.to_yaml(cfg, resolve=True)
     resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)
+    # written before the tracker run can exist: a restart before the first checkpoint continues the
+    # run tagged with this attempt_id (or run_id) instead of orphaning it
+    tracking = {"run_id": resume["run_id"], "attempt_id": resume["attempt_id"],
+                "config": _exact_config_hash(config_text)}
     torch.manual_seed(cfg.seed)
-    with contextlib.ExitStack() as closing:
-        run = one_run(build_run(cfg, run_dir, device))  # issue 39: counted in all ranks' frames
-        broadcast_state(run.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
-        closing.callback(run.close)
-        closing.callback(run.collector.shutdown)
-        unit, total = run.budget.unit, run.budget.total
-        # progress in the budget's unit where the checkpoint left it (0: a fresh start)
-        done = int(state["frames"] if unit == "frames" else state["optim_steps"]) if state is not None else 0
-        progress = Progress(total, done, cfg.progress, unit=unit)
-        closing.callback(progress.close)
-        writer = CheckpointWriter(cfg, run_dir, config_text)
-        trainer = _trainer(cfg, run, device, writer, progress)
+    with build_run(cfg, run_dir, device, state, config_text, tracking) as run:
+        broadcast_state(run.parts.loss)  # issue 39: ranks start from rank 0's weights (alone: nothing)
+        trainer, unit, total = run.trainer, run.parts.budget.unit, run.parts.budget.total
         if state is not None:
             _restore(trainer, state, ckpt_path, resume["unsafe"])
-            if done >= total and (run_dir / "summary.json").exists():
-                return _already_finished(cfg, run_dir, resume, done, unit, closing)
-            _say_resuming(resume, state, ckpt_path, done, total, unit, run.buffer is not None)
-        trainer.logger = _open_logger(cfg, run_dir, tags, resume, done, writer, config_text)
+            if run.done >= total and (run_dir / "summary.json").exists():
+                return _already_finished(cfg, run_dir, resume, run.done, unit, run)
+            _say_resuming(resume, state, ckpt_path, run.done, total, unit, run.parts.buffer is not None)
+        _open_logger(cfg, run_dir, tags, resume, run)  # only now: a restore that fails leaves no tracker run
         status = "FAILED"
         previous = install_stop_handlers(trainer)
         try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
-            status = _train_logged(cfg, run_dir, run, trainer, writer, resume, config_text)
+            status = _train_logged(cfg, run_dir, run, resume, config_text)
         except KeyboardInterrupt:  # Ctrl-C twice (signals.StopNow): stopped at once, last checkpoint kept
             status = "KILLED"
             raise
         finally:
             restore_handlers(previous)
-            progress.close()
-            summary = _summarise(cfg, run_dir, run, trainer, writer, status)
+            run.progress.close()
+            summary = _summarise(cfg, run_dir, run, status)
     if trainer.interrupted:
         chain_signal_handler(previous, trainer.stop_signal)
     return summary
 
 
-def _trainer(cfg: DictConfig, run: Run, device: torch.device, writer: CheckpointWriter,
-             progress: Progress) -> Trainer:
-    """The run's trainer, its lifecycle hooks added: progress, and the checkpoint last in config
-    order (its save() logs the batch's metrics, progress included, first)."""
-    hooks = {**run.hooks, "progress": ProgressHook(progress, run.hooks["train_stats"]),
-             "checkpoint": Checkpointing(writer.save, cfg.checkpoint.get(f"interval_{run.budget.unit}"))}
-    if cfg.checkpoint.get("keep_best"):  # <run dir>/best/ by the evaluation return
-        hooks["keep_best"] = KeepBest(lambda frames, metrics: save_best(
-            writer.path.parent, cfg, run.policy, frames, metrics, writer.config_text))
-    compiled = None
-    if cfg.get("compile"):  # torch.compile (and torch._dynamo) only when asked for
-        from rlrun.trainer.compiled import CompiledUpdate, compile_mode
-
-        compiled = CompiledUpdate(run.loss, run.optimizer, compile_mode(device))
-    return Trainer(run.collector, run.loss, run.optimizer, hooks, run.epochs_per_batch,
-                   run.optim_steps_per_epoch, run.learning_starts, run.buffer, policy=run.policy,
-                   provided=run.provided, budget=run.budget, compiled=compiled)
-
-
 def _already_finished(cfg: DictConfig, run_dir: Path, resume: dict, done: int, unit: str,
-                      closing: contextlib.ExitStack) -> dict[str, Any]:
+                      run: Run) -> dict[str, Any]:
     """The summary of a run that had finished; its tracker run finished if a kill left it RUNNING."""
     say(f"[rlrun] {run_dir} already finished {done} {unit}; "
         f"raise total_{unit} to train on, or use resume=false to start afresh")
-    closing.close()
+    run.closing.close()
     summary = saved.check_fields(saved.load_json(run_dir / "summary.json", key="resume"), {},
                                  run_dir / "summary.json", key="resume")
     if resume["run_id"] is not None and summary.get("status") == "finished":
@@ -175,30 +144,25 @@ def _say_resuming(resume: dict, state: dict, ckpt_path: Path | None, done: int, 
             "training continues with an empty one")
 
 
-def _open_logger(cfg: DictConfig, run_dir: Path, tags: dict[str, str], resume: dict, done: int,
-                 writer: CheckpointWriter, config_text: str) -> Any:
-    """The run's tracker, continuing the run ``resume`` names (rows past ``done`` superseded)."""
+def _open_logger(cfg: DictConfig, run_dir: Path, tags: dict[str, str], resume: dict, run: Run) -> None:
+    """Opens the run's tracker, continuing the run ``resume`` names (rows past ``run.done``
+    superseded), once ``tracking.json`` says which run it is."""
     where = "-".join(filter(None, [tags.get("algo"), tags.get("env")]))  # e.g. ppo-cartpole
     run_name = " ".join(filter(None, [where, run_dir.name if run_dir.name != "default" else ""])
                         ) or run_dir.name
-    # Written before the tracker run can exist: a restart before the first checkpoint continues
-    # the run tagged with this attempt_id (or with run_id) instead of orphaning it. The tracker may
-    # make its run while training starts (rlrun.loggers.remote): its id is added once known.
-    tracking = {"run_id": resume["run_id"], "attempt_id": resume["attempt_id"],
-                "config": _exact_config_hash(config_text)}
-    write_tracking(run_dir, {**read_tracking(run_dir), **tracking})  # W&B's run id stays there
-    writer.tracking = tracking
-    return build("logger", cfg.logger, run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
-                 resumed=resume["continues"],  # a fresh start sets old metric files aside
-                 resume_step=done if resume["continues"] else None,
-                 tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
-                       ATTEMPT_TAG: resume["attempt_id"], **resume["tags"], **_paper_tags(cfg)})
+    # The tracker may make its run while training starts (rlrun.loggers.remote): its id is added
+    # to tracking.json once known (CheckpointWriter.note_run_id); W&B's run id stays there.
+    write_tracking(run_dir, {**read_tracking(run_dir), **run.writer.tracking})
+    run.logger.open(run_dir=run_dir, run_name=run_name, run_id=resume["run_id"],
+                    resumed=resume["continues"],  # a fresh start sets old metric files aside
+                    resume_step=run.done if resume["continues"] else None,
+                    tags={**tags, "seed": str(cfg.seed), "run_dir": str(run_dir.resolve()),
+                          ATTEMPT_TAG: resume["attempt_id"], **resume["tags"], **_paper_tags(cfg)})
 
 
-def _train_logged(cfg: DictConfig, run_dir: Path, run: Run, trainer: Trainer, writer: CheckpointWriter,
-                  resume: dict, config_text: str) -> str:
+def _train_logged(cfg: DictConfig, run_dir: Path, run: Run, resume: dict, config_text: str) -> str:
     """Logs the config, trains, saves the last checkpoint and the policy; returns the status."""
-    logger = trainer.logger
+    logger, trainer, writer = run.logger, run.trainer, run.writer
     config_file = checkpoint.atomic_write_text(run_dir / "config.yaml", config_text)
     if resume["run_id"] is None:
         logger.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
@@ -213,28 +177,29 @@ def _train_logged(cfg: DictConfig, run_dir: Path, run: Run, trainer: Trainer, wr
     # hook of the last batch still keeps that batch (else it is trained twice).
     writer.save(trainer)
     # the policy alone (config + weights), so that a remote tracking server holds the model
-    logger.log_artifact(write_policy_file(run_dir, cfg, run.policy, trainer.frames, config_text=config_text))
+    policy_file = write_policy_file(run_dir, cfg, run.parts.policy, trainer.frames, config_text=config_text)
+    logger.log_artifact(policy_file)
     return "KILLED" if trainer.interrupted else "FINISHED"
 
 
-def _summarise(cfg: DictConfig, run_dir: Path, run: Run, trainer: Trainer, writer: CheckpointWriter,
-               status: str) -> dict[str, Any]:
+def _summarise(cfg: DictConfig, run_dir: Path, run: Run, status: str) -> dict[str, Any]:
     """Writes ``summary.json`` and ends the tracker run with ``status``; returns the summary."""
-    logger, stats = trainer.logger, run.hooks["train_stats"]
+    logger, trainer, writer, parts = run.logger, run.trainer, run.writer, run.parts
+    stats = parts.hooks["train_stats"]
     summary = {
         "status": {"KILLED": "interrupted"}.get(status, status.lower()),
         "frames": trainer.frames, "total_frames": cfg.get("total_frames"),
-        **({"total_updates": run.budget.total} if run.budget.unit == "updates" else {}),
+        **({"total_updates": parts.budget.total} if parts.budget.unit == "updates" else {}),
         "stop_reason": trainer.stop_reason,
         "optim_steps": trainer.optim_steps, "wall_time_s": round(trainer.wall_time, 3),
-        **run.hooks["evaluation"].last,
+        **parts.hooks["evaluation"].last,
         "train/episode_return_recent": (sum(stats.recent_returns) / len(stats.recent_returns)
                                         if stats.recent_returns else None),
         "mlflow_run_id": _run_id_or_none(logger), "run_dir": str(run_dir),
     }
     try:
         writer.note_run_id(summary["mlflow_run_id"])
-        _write_json(run_dir / "summary.json", summary)
+        write_json(run_dir / "summary.json", summary)
         if status != "FAILED":
             logger.log_artifact(run_dir / "summary.json")
         if status == "DIVERGED":
@@ -327,88 +292,3 @@ def _restore(trainer: Trainer, state: dict, path: Path, unsafe: list[str]) -> No
         raise CheckpointError(
             f"checkpoint {path} does not fit this run ({type(err).__name__}: "
             f"{checkpoint.error_reason(err)[:300]})", key="resume", fix=fix) from None
-
-
-class CheckpointWriter:
-    """Writes ``checkpoint.pt`` atomically: the trainer's state (``Trainer.state_dict``), the
-    tracker run it continues and the resolved config; then lets the logger send what it covers.
-
-    Args:
-        cfg: The resolved run config (saved, and ``checkpoint.buffer``/``max_buffer_mb``).
-        run_dir: Where ``checkpoint.pt`` goes.
-        config_text: ``cfg`` as resolved YAML (made here if not given).
-    """
-
-    def __init__(self, cfg: DictConfig, run_dir: Path, config_text: str | None = None):
-        self.cfg, self.path = cfg, run_dir / CHECKPOINT
-        self.config_text = config_text if config_text is not None else OmegaConf.to_yaml(cfg, resolve=True)
-        self.warned = False
-        self.tracking: dict[str, Any] | None = None  # what tracking.json holds, once written
-
-    def note_run_id(self, run_id: str | None) -> None:
-        """Adds the tracker run's id to ``tracking.json`` once it is known (the tracker may make its
-        run while training starts); W&B's id, which its logger adds there, is kept."""
-        if self.tracking is not None and run_id is not None and self.tracking["run_id"] != run_id:
-            self.tracking["run_id"] = run_id
-            write_tracking(self.path.parent, {**read_tracking(self.path.parent), **self.tracking})
-
-    def save(self, trainer: Trainer) -> None:
-        """Saves ``trainer``'s state (the checkpoint hook passes the trainer that calls it)."""
-        cfg = self.cfg
-        # the batch's metrics are logged before its checkpoint, so that a checkpoint at step S
-        # covers S's metrics: a run resumed from it neither lacks nor repeats them
-        trainer.flush_metrics()
-        written = trainer.buffer.saved_nbytes() if trainer.buffer is not None else 0
-        keep_buffer = cfg.checkpoint.buffer is True or (
-            cfg.checkpoint.buffer == "auto" and written <= cfg.checkpoint.max_buffer_mb * 2**20)
-        if not keep_buffer and written and not self.warned:
-            self.warned = True
-            say(f"[rlrun] checkpoints leave out the replay buffer ({written / 2**20:.0f} MB > "
-                  f"checkpoint.max_buffer_mb={cfg.checkpoint.max_buffer_mb}, checkpoint.buffer="
-                  f"{cfg.checkpoint.buffer}): a resumed run starts with an empty buffer")
-        pause_point("checkpoint_write")
-        logger = trainer.logger
-        run_id = logger.run_id if logger is not None else None
-        self.note_run_id(run_id)  # before the checkpoint, which then never names a run tracking.json lacks
-        parts.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
-                    "config": self.config_text}, self.path)  # alone: checkpoint.save; ranks: one commit
-        pause_point("checkpoint_commit")
-        self.rotate(trainer.frames)
-        if logger is not None:
-            logger.commit(trainer.clock)  # the journal sends what the checkpoint covers
-
-    def rotate(self, frames: int) -> None:
-        """With ``checkpoint.keep_last=N > 1``, copies ``checkpoint.pt`` to
-        ``checkpoints/<frames>.pt`` (atomically) and removes all but the newest N there."""
-        keep = int(self.cfg.checkpoint.get("keep_last", 1))
-        if keep <= 1:
-            return
-        folder = self.path.parent / KEPT
-        folder.mkdir(exist_ok=True)
-        with open(self.path, "rb") as src:
-            checkpoint.atomic_write(folder / f"{int(frames):012d}.pt", lambda f: shutil.copyfileobj(src, f))
-        for old in sorted(folder.glob("*.pt"))[:-keep]:  # zero-padded names sort by frame
-            old.unlink(missing_ok=True)
-
-
-BEST = "best"
-
-
-def save_best(run_dir: Path, cfg: DictConfig, policy: Any, frames: int, metrics: dict[str, float],
-              config_text: str) -> None:
-    """Writes ``<run_dir>/best/``: ``policy.pt`` (what ``rlrun eval``/``export``/``rlrun.load`` read)
-    and ``eval.json`` (the evaluation that made it the best), each atomically; ``eval.json`` last,
-    so that one that names a frame always sits beside that frame's policy."""
-    folder = run_dir / BEST
-    folder.mkdir(exist_ok=True)
-    write_policy_file(folder, cfg, policy, frames, config_text=config_text)
-    pause_point("best_write")  # the kill tests' point between the two files
-    kept = {k: v for k, v in metrics.items() if not k.startswith("eval/time")}  # wall time: not the result
-    _write_json(folder / "eval.json", {"frames": int(frames), **kept})
-
-
-KEPT = "checkpoints"
-
-
-def _write_json(path: Path, data: dict) -> None:
-    checkpoint.atomic_write_text(path, json.dumps(data, indent=2, default=str))

@@ -57,6 +57,9 @@ class Trainer:
     Hooks reach the other components through the trainer: ``policy``,
     ``collector``, ``loss``, ``optimizer``, ``buffer``, ``logger`` and the counters.
 
+    Every attribute is set here, in the constructor (``__slots__``: none is added later); the loop
+    and ``request_stop`` update the counters and the stop state.
+
     Args:
         collector: The data source (``rlrun.core.contracts.Source``): a collector, a
             ``DatasetSource`` yielding one empty batch per round of updates, or a schedule.
@@ -68,13 +71,19 @@ class Trainer:
         optim_steps_per_epoch: Optimiser steps per pass.
         learning_starts: No optimisation before this many frames.
         buffer: The replay buffer, if any.
-        logger: Receives merged metrics once per batch.
+        logger: Receives merged metrics once per batch (a run's ``DeferredLogger``, opened after a
+            restore).
         policy: The acting policy (networks, normaliser), shared with the loss.
         provided: Keys the collector's batches hold, for checking the hooks' declarations
             (None: not checked).
         budget: The run's length (None: the collector's ``total_frames``). An update budget
             ends the run at exactly ``total`` optimiser steps, mid-batch if need be.
     """
+
+    __slots__ = ("collector", "loss", "optimizer", "policy", "buffer", "logger", "hooks", "compiled",
+                 "epochs_per_batch", "optim_steps_per_epoch", "learning_starts", "budget", "_max_updates",
+                 "optim_steps", "batches", "elapsed_before", "stop_reason", "interrupted", "stop_signal",
+                 "diverged", "_metrics", "_start", "order", "_points", "last_clock", "_push_weights")
 
     def __init__(self, collector: Source, loss: LossModule, optimizer: OptimizerStep, hooks: dict[str, Hook],
                  epochs_per_batch: int = 1, optim_steps_per_epoch: int = 1,
@@ -215,13 +224,16 @@ class Trainer:
                                     step=self.clock)
         self._metrics = {}
 
-    def request_stop(self, reason: str, interrupted: bool = True) -> None:
+    def request_stop(self, reason: str, interrupted: bool = True, signum: int | None = None) -> None:
         """Ends the loop after the current batch (hooks still run, so a checkpoint is written).
 
-        ``interrupted=False`` marks a normal end (e.g. target return reached).
+        ``interrupted=False`` marks a normal end (e.g. target return reached); ``signum``: the stop
+        signal that asked (``rlrun.core.signals``), handed on once the checkpoint is written.
         """
         if self.stop_reason is None:
             self.stop_reason, self.interrupted = reason, interrupted
+        if signum is not None and self.stop_signal is None:
+            self.stop_signal = signum
 
     def diverge(self, what: str) -> None:
         """Marks the run diverged and ends it after this batch, without evaluating or saving it."""

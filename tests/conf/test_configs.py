@@ -13,7 +13,7 @@ from rlrun.core import registry
 from rlrun.core.agent_groups import algos_for
 from rlrun.core.config_schema import validate_sections
 from rlrun.core.registry import check_kwargs, lookup
-from rlrun.lifecycle.build import build_run
+from rlrun.lifecycle.build import build_parts
 from rlrun.lifecycle.compose import CONF_DIR, config_groups, register_resolvers
 from rlrun.lifecycle.explain import compose_config
 from rlrun.trainer.loop import Trainer
@@ -62,7 +62,7 @@ def test_every_algo_env_pair_composes_and_builds(algo, env, tmp_path):
     validate_sections(cfg)
     if cfg.buffer.get("capacity") is not None:  # the real size is allocated lazily, but keep it small
         cfg.buffer.capacity = max(1000, cfg.collector.frames_per_batch)
-    run = build_run(cfg, tmp_path, torch.device("cpu"))
+    run = build_parts(cfg, tmp_path, torch.device("cpu"))
     try:
         order = Trainer(run.collector, run.loss, run.optimizer, run.hooks, policy=run.policy,
                         provided=run.provided).order  # the hooks' declarations check out

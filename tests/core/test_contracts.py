@@ -140,13 +140,13 @@ def test_built_components_meet_their_protocols(tmp_path, make_counter_env):
 
 @pytest.mark.parametrize("name", ["ppo", "a2c", "sac", "td3", "ddpg", "dqn"])
 def test_loss_and_evaluation_share_one_policy_object(name, tmp_path):
-    from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.build import build_parts
     from rlrun.lifecycle.explain import compose_config
 
     env = "cartpole" if name in ("ppo", "a2c", "dqn") else "pendulum"
     cfg = compose_config([f"algo={name}", f"env={env}", "eval.episodes=1", "buffer.capacity=null"
                           if name in ("ppo", "a2c") else "buffer.capacity=1000"])
-    run = build_run(cfg, tmp_path, torch.device("cpu"))
+    run = build_parts(cfg, tmp_path, torch.device("cpu"))
     try:
         assert run.loss.policy is run.policy
         assert all(p is q for p, q in zip(run.loss.policy.parameters(), run.policy.parameters()))

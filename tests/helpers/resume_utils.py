@@ -6,7 +6,7 @@ loss, ``trainer.loss.policy``; its exploration component, if any, is
 ``trainer.policy.exploration``).
 ``checkpoint_states`` reads the same components from a checkpoint file.
 
-``ProbeTrainer`` replaces ``rlrun.lifecycle.run.Trainer`` so that a test can reach the
+``ProbeTrainer`` replaces ``rlrun.lifecycle.build.Trainer`` so that a test can reach the
 components ``rlrun.lifecycle.run.train`` builds: it records the trainer, snapshots the
 components when training starts (after any restore), at a given frame, and at
 each checkpoint save, and can stop the run at a given frame as a signal would.
@@ -194,11 +194,11 @@ class ProbeTrainer(Trainer):
 
 
 def install(monkeypatch, saves: list[dict] | None = None) -> None:
-    """Routes ``rlrun.lifecycle.run`` through ``ProbeTrainer``; each checkpoint save appends a snapshot
+    """Routes ``rlrun.lifecycle.build`` through ``ProbeTrainer``; each checkpoint save appends a snapshot
     to ``saves``."""
-    import rlrun.lifecycle.run
+    import rlrun.lifecycle.build
 
-    monkeypatch.setattr(rlrun.lifecycle.run, "Trainer", ProbeTrainer)
+    monkeypatch.setattr(rlrun.lifecycle.build, "Trainer", ProbeTrainer)
     if saves is not None:
         original = checkpoint.save
 
@@ -234,10 +234,10 @@ def scramble_global_rngs(seed: int = 12345) -> None:
 
 
 def _main(config: str, run_dir: str, out: str) -> None:
-    from rlrun.lifecycle import run
+    from rlrun.lifecycle import build, run
 
     ProbeTrainer.reset(train_at_all=False)
-    run.Trainer = ProbeTrainer
+    build.Trainer = ProbeTrainer
     run.train(OmegaConf.load(config), Path(run_dir))
     torch.save(ProbeTrainer.snapshots["start"], out)
 

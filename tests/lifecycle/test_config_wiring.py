@@ -51,6 +51,7 @@ def _compose(overrides: list[str]):
 def wired(overrides: list[str], tmp_path: Path, monkeypatch) -> dict[str, Any]:
     """Composes ``BASE + overrides`` and runs ``rlrun.lifecycle.run.train`` up to the Trainer: the
     Trainer's arguments, and the kwargs each component factory got from the builder."""
+    import rlrun.lifecycle.build as build_mod
     import rlrun.lifecycle.run as run_mod
 
     got: dict[str, Any] = {"factory": {}}
@@ -74,7 +75,7 @@ def wired(overrides: list[str], tmp_path: Path, monkeypatch) -> dict[str, Any]:
             raise _Captured
 
     monkeypatch.setattr(registry, "resolve_factory", spying)
-    monkeypatch.setattr(run_mod, "Trainer", FakeTrainer)
+    monkeypatch.setattr(build_mod, "Trainer", FakeTrainer)
     tmp_path.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(tmp_path)
     cfg = _compose([*BASE, *overrides])

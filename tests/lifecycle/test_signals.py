@@ -186,8 +186,9 @@ def test_a_second_ctrl_c_raises_stop_now_and_a_third_is_the_default(monkeypatch)
         stop_signal = None
         reasons: list[str] = []
 
-        def request_stop(self, reason: str) -> None:
+        def request_stop(self, reason: str, interrupted: bool = True, signum: int | None = None) -> None:
             self.reasons.append(reason)
+            self.stop_signal = signum
 
     original = signal.getsignal(signal.SIGINT)  # pytest's (or an xdist worker's): put back at the end
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in `python -m rlrun`

@@ -71,14 +71,14 @@ def datasets(tmp_path_factory):
 
 def first_batch(name: str, tmp_path, datasets, monkeypatch):
     """The run's loss, optimiser config and first optimisation batch (as the loop would form it)."""
-    from rlrun.lifecycle.build import build_run
+    from rlrun.lifecycle.build import build_parts
     from rlrun.lifecycle.explain import compose_config
     from rlrun.trainer.loop import Trainer
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets))
     cfg = compose_config([*CASES[name], "logger=none", "seed=0", "eval.episodes=1"])
     torch.manual_seed(0)
-    run = build_run(cfg, tmp_path, torch.device("cpu"))
+    run = build_parts(cfg, tmp_path, torch.device("cpu"))
     trainer = Trainer(run.collector, run.loss, run.optimizer, run.hooks, run.epochs_per_batch,
                       run.optim_steps_per_epoch, run.learning_starts, run.buffer, None, policy=run.policy,
                       provided=run.provided, budget=run.budget)
