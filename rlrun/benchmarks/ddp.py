@@ -170,8 +170,8 @@ def ranks_check(device: str, work: str, ranks: int = 2) -> list[str]:
         said = (lines or done.stderr.splitlines()[-1:] or ["no output"])[0]
         return [f"{ranks} ranks on {device}: exit {done.returncode}: {said}"]
     (run_dir,) = Path(work).glob("runs/*/*")
-    parts = [torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location="cpu")]
-    parts += [torch.load(run_dir / "ranks" / str(r) / "checkpoint.pt", weights_only=True, map_location="cpu")
-              for r in range(1, ranks)]
+    # the checkpoint holds the weights once (rank 0's part): each rank's policy.pt holds its own
+    parts = [torch.load(d / "policy.pt", weights_only=True, map_location="cpu")
+             for d in [run_dir, *(run_dir / "ranks" / str(r) for r in range(1, ranks))]]
     return [f"rank {r}'s weights differ from rank 0's" for r, part in enumerate(parts[1:], 1)
             if any(not torch.equal(v, part["policy"][k]) for k, v in parts[0]["policy"].items())]

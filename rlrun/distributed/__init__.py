@@ -8,10 +8,11 @@ that has a gradient), so every rank holds the same weights after every step.
 from rlrun.distributed.sync import (
     active,
     average_gradients,
+    gather_rows,
     global_mean_std,
     reduce_sum,
 )
 from rlrun.distributed.world import World, WorldError, rank_seed, world_from_env
 
-__all__ = ["World", "WorldError", "active", "average_gradients", "global_mean_std", "rank_seed",
-           "reduce_sum", "world_from_env"]
+__all__ = ["World", "WorldError", "active", "average_gradients", "gather_rows", "global_mean_std",
+           "rank_seed", "reduce_sum", "world_from_env"]

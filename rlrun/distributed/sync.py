@@ -57,6 +57,20 @@ def reduce_sum(values: Tensor) -> Tensor:
     return out
 
 
+def gather_rows(x: Tensor) -> Tensor:
+    """Every rank's ``x`` (all of one shape) concatenated along dim 0 in rank order; ``x`` alone.
+
+    The observation normaliser updates from it: every rank then folds the same global batch into
+    its running mean and variance and all ranks keep one normaliser, the one a process on the
+    whole batch would keep (to float summation order), instead of each drifting on its own data.
+    """
+    if not active():
+        return x
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
 def global_mean_std(x: Tensor) -> tuple[Tensor, Tensor]:
     """Mean and unbiased standard deviation of ``x`` over every rank's elements.
 

@@ -87,8 +87,17 @@ def start(world: World, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Joins the process group; every collective then fails after ``timeout_s`` on a dead rank."""
     if world.backend == "nccl":
         torch.cuda.set_device(world.local_rank)
-    dist.init_process_group(world.backend, rank=world.rank, world_size=world.size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        dist.init_process_group(world.backend, rank=world.rank, world_size=world.size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as err:  # DistNetworkError is a RuntimeError
+        if "EADDRINUSE" not in str(err) and "address already in use" not in str(err).lower():
+            raise
+        port = os.environ.get("MASTER_PORT", "?")
+        raise WorldError(f"port {port} (MASTER_PORT) on {os.environ.get('MASTER_ADDR', 'this machine')} is "
+                         "in use by another process, so rank 0 cannot open the group's store there",
+                         key="MASTER_PORT", fix="a free port: MASTER_PORT=<port> (torchrun --master-port "
+                         "<port>, or --standalone to pick one)") from None
 
 
 def stop() -> None:

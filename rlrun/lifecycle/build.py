@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlrun.core.agent_groups import check_agent_groups
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import build
+from rlrun.distributed.ranked import one_run
 from rlrun.lifecycle.load import resolve_device  # noqa: F401 -- the run's device, as rlrun.load resolves it
 from rlrun.lifecycle.writer import CheckpointWriter, save_best
 from rlrun.loggers.deferred import DeferredLogger
@@ -162,7 +163,7 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device, state: dict 
     and the checkpoint last in config order (its save() logs the batch's metrics, progress
     included, first). ``state``: the checkpoint to resume (only its counters are read here)."""
     with contextlib.ExitStack() as closing:  # what is built is closed if a later part fails
-        parts = build_parts(cfg, run_dir, device)
+        parts = one_run(build_parts(cfg, run_dir, device))  # issue 39: counted in all ranks' frames
         closing.callback(parts.close)
         closing.callback(parts.collector.shutdown)
         unit, total = parts.budget.unit, parts.budget.total

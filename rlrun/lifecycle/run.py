@@ -23,6 +23,7 @@ from rlrun.core.registry import build
 from rlrun.core.rundir import RunLock, read_tracking, remove_stale_temp_files, write_tracking
 from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
+from rlrun.distributed import checkpoint as rank_checkpoint
 from rlrun.distributed.sync import broadcast_state
 from rlrun.lifecycle.build import Run, build_run, resolve_device
 from rlrun.lifecycle.load import write_policy_file
@@ -87,7 +88,7 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
         torch.set_num_threads(int(cfg.threads))
     onednn.use(cfg.get("gemm") or "blas")  # the large MLP products' library (issue 46)
     ckpt_path = _find_checkpoint(cfg.resume, run_dir)
-    state = checkpoint.load(ckpt_path) if ckpt_path else None
+    state = rank_checkpoint.load(ckpt_path) if ckpt_path else None  # alone: checkpoint.load
     # resolved once: config.yaml, the config hash, each checkpoint and the policy file hold it
     config_text = OmegaConf.to_yaml(cfg, resolve=True)
     resume = _resume_plan(cfg, run_dir, state, ckpt_path, config_text)

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrun.core import checkpoint
 from rlrun.core.rundir import read_tracking, write_tracking
+from rlrun.distributed import checkpoint as rank_checkpoint
 from rlrun.lifecycle.load import write_policy_file
 from rlrun.loggers import pause_point
 from rlrun.loggers.tracking import say
@@ -62,8 +63,8 @@ class CheckpointWriter:
         logger = trainer.logger
         run_id = logger.run_id if logger is not None else None
         self.note_run_id(run_id)  # before the checkpoint, which then never names a run tracking.json lacks
-        checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
-                         "config": self.config_text}, self.path)
+        rank_checkpoint.save({**trainer.state_dict(keep_buffer=keep_buffer), "mlflow_run_id": run_id,
+                              "config": self.config_text}, self.path)  # alone: checkpoint.save
         pause_point("checkpoint_commit")
         self.rotate(trainer.frames)
         if logger is not None:

@@ -29,6 +29,7 @@ from rlrun.buffers.replay import ReplayBuffer
 from rlrun.core.contracts import Buffer, Logger, LossModule, OptimizerStep, Source
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import Fraction, PositiveInt, register
+from rlrun.distributed.sync import gather_rows
 from rlrun.objectives.gae import gae, load_if_it_pays
 
 
@@ -421,7 +422,8 @@ class TargetUpdate(Hook):
 
 @register("hook", "observation_stats")
 class ObservationStats(Hook):
-    """Updates the observation normaliser from each batch, after training on it."""
+    """Updates the observation normaliser from each batch, after training on it (under several
+    ranks from every rank's batch, ``rlrun.distributed.sync.gather_rows``)."""
 
     def __init__(self):
         self._pending: torch.Tensor | None = None
@@ -436,7 +438,8 @@ class ObservationStats(Hook):
     def post_steps(self, trainer) -> None:
         norm = trainer.policy.normalizer
         if norm is not None and self._pending is not None:
-            norm.update(self._pending)
+            # data-parallel: every rank's batch, so that all ranks keep one normaliser (alone: as is)
+            norm.update(gather_rows(self._pending))
         self._pending = None
 
 

@@ -22,15 +22,15 @@ def _learn(tmp_path: Path, algo: str, env: str, interval: int, budget: int, targ
         pytest.skip("needs torchrun and 2 cores")
     cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "rlrun", f"algo={algo}",
            f"env={env}", "seed=0", "logger=csv", "progress=false", "threads=1",
-           f"eval.interval_frames={interval // 2}"]
+           f"eval.interval_frames={interval}"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1400,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").glob("*/*")
-    frames = sum(torch.load(p, weights_only=True)["frames"]
-                 for p in [run_dir / "checkpoint.pt", run_dir / "ranks" / "1" / "checkpoint.pt"])
-    assert frames == budget
-    curve = logged(run_dir, "eval/episode_return")  # rank 0's frames (half the total) -> return
+    frames = [torch.load(p, weights_only=True)["frames"]
+              for p in [run_dir / "checkpoint.pt", run_dir / "ranks" / "1" / "checkpoint.pt"]]
+    assert frames == [budget, budget]  # the world's frames, on each rank
+    curve = logged(run_dir, "eval/episode_return")  # the world's frames -> return
     assert max(curve.values()) >= target, f"never reached {target}: {curve}"
     last = curve[max(curve)]
     assert last >= end, f"reached {max(curve.values())} but ended at {last}: {curve}"

@@ -5,14 +5,17 @@ record without repeated (metric, step); a resume under another world size refuse
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_utils import logged
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 ARGS = ["algo=ppo", "env=cartpole", "total_frames=4096", "logger=csv", "progress=false",
@@ -38,7 +41,8 @@ def two_ranks(tmp_path_factory):
 
 def test_one_run_directory_with_each_ranks_part(two_ranks):
     _, run_dir, _ = two_ranks
-    assert (run_dir / "world.json").read_text() == '{"world_size": 2}'
+    assert json.loads((run_dir / "world.json").read_text()) == {"world_size": 2, "frames": 4096}
+    assert not list(run_dir.glob("**/checkpoint.pending-*"))  # the last commit completed
     assert (run_dir / "checkpoint.pt").is_file() and (run_dir / "ranks" / "1" / "checkpoint.pt").is_file()
     assert not (run_dir / "ranks" / "1" / "metrics.csv").exists()  # rank 1 logs nothing
     done = two_ranks[2]
@@ -50,10 +54,14 @@ def test_both_ranks_hold_the_same_weights_and_their_own_collectors(two_ranks):
     _, run_dir, _ = two_ranks
     zero = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     one = torch.load(run_dir / "ranks" / "1" / "checkpoint.pt", weights_only=True)
-    assert zero["policy"].keys() == one["policy"].keys()
-    assert all(torch.equal(v, one["policy"][k]) for k, v in zero["policy"].items())
+    assert {"policy", "loss", "optimizer"} <= zero.keys() and not {"policy", "loss", "optimizer"} & one.keys()
+    assert zero["world_size"] == one["world_size"] == 2  # the shared state once, each rank's own beside it
+    policy = torch.load(run_dir / "ranks" / "1" / "policy.pt", weights_only=True)["policy"]
+    assert zero["policy"].keys() == policy.keys()
+    assert all(torch.equal(v, policy[k]) for k, v in zero["policy"].items())
     assert zero["optim_steps"] == one["optim_steps"] > 0
-    assert zero["frames"] + one["frames"] == 4096  # the budget counts both ranks
+    assert zero["frames"] == one["frames"] == 4096  # the budget counts both ranks' frames
+    assert zero["collector"]["frames"] == one["collector"]["frames"] == 2048  # each collected half
     assert not torch.equal(zero["rng"]["torch"], one["rng"]["torch"])  # seeded per rank
 
 
@@ -64,12 +72,48 @@ def test_no_metric_is_logged_twice_at_one_step(two_ranks):
     assert rows and len(rows) == len(set(rows))
 
 
+def test_metrics_count_every_ranks_frames(two_ranks):
+    _, run_dir, _ = two_ranks
+    frames = logged(run_dir, "frames")
+    assert max(frames) == 4096 and all(step == value for step, value in frames.items()), frames
+    returns = logged(run_dir, "train/episode_return")
+    assert returns and set(returns) <= set(frames)
+
+
 def test_another_world_size_is_refused_in_one_line(two_ranks, tmp_path):
     _, run_dir, _ = two_ranks
     copy = tmp_path / "runs" / "ppo-cartpole"
     shutil.copytree(run_dir.parent, copy)
-    (tmp_path / "runs" / "ppo-cartpole" / run_dir.name / "world.json").write_text('{"world_size": 4}')
+    (tmp_path / "runs" / "ppo-cartpole" / run_dir.name / "world.json").write_text(
+        '{"world_size": 4, "frames": 4096}')
     done = _torchrun(tmp_path, 2)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
     assert errors and "trained on 4 ranks, this run has 2" in errors[0], done.stderr[-2000:]
+
+
+def test_a_refusal_is_said_once_for_all_ranks(tmp_path):
+    if not TORCHRUN.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs torchrun and 2 cores")
+    done = _torchrun(tmp_path, 2, "total_frames=4097")
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rlrun: error:")]
+    assert errors == ["rlrun: error: total_frames: 4097 does not divide by the world size 2"], done.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_master_port(tmp_path):
+    """rlrun's own group start (a SLURM task, or RANK/WORLD_SIZE/MASTER_PORT set by hand; under
+    torchrun the launcher's store holds the port and fails itself before any rank starts)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        done = subprocess.run([sys.executable, "-m", "rlrun", *ARGS], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    first = done.stderr.splitlines()[0]
+    assert first == (f"rlrun: error: MASTER_PORT: port {port} (MASTER_PORT) on 127.0.0.1 is in use by "
+                     "another process, so rank 0 cannot open the group's store there"), done.stderr
+    assert "Traceback" not in done.stderr

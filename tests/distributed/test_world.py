@@ -6,7 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlrun.core.errors import ConfigError
-from rlrun.distributed.launch import check_world_file, rank_config, refuse_unshardable, write_world_file
+from rlrun.distributed.checkpoint import write_manifest
+from rlrun.distributed.launch import check_world_file, rank_config, refuse_unshardable
 from rlrun.distributed.world import World, rank_seed, shard, world_from_env
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
@@ -58,7 +59,8 @@ def test_each_rank_gets_its_share_its_seed_and_rank_0_the_face():
 
 @pytest.mark.parametrize("override, key", [({"collector": {"name": "multi_async"}}, "collector"),
                                            ({"eval": {"target_return": 400}}, "eval.target_return"),
-                                           ({"dataset": "rlrun/pendulum/medium-replay-v0"}, "dataset")])
+                                           ({"dataset": "rlrun/pendulum/medium-replay-v0"}, "dataset"),
+                                           ({"resume": "runs/other/checkpoint.pt"}, "resume")])
 def test_what_cannot_run_data_parallel_says_why(override, key):
     with pytest.raises(ConfigError) as err:
         refuse_unshardable(OmegaConf.create(override))
@@ -66,7 +68,7 @@ def test_what_cannot_run_data_parallel_says_why(override, key):
 
 
 def test_a_resume_under_another_world_size_is_refused(tmp_path):
-    write_world_file(tmp_path, 2)
+    write_manifest(tmp_path, 2, 1024)
     check_world_file(tmp_path, 2, "auto")
     check_world_file(tmp_path, 4, False)  # a fresh start may change it
     with pytest.raises(ConfigError, match="trained on 2 ranks, this run has 4"):
