@@ -12,8 +12,9 @@ The values are the same products, summed in another order: results differ from t
 the last bits (max 4e-5 on a 256x256x256 product of unit normals), so fixed-seed results of
 runs with large layers differ from ``gemm=blas``'s, as they do between MKL on Intel and on AMD.
 
-torch's oneDNN linear (``torch.ops.mkldnn._linear_pointwise``, the kernel inductor's CPU
-fusion calls) is reached here only, guarded: where it is missing or fails, the BLAS serves.
+torch's oneDNN linear (``torch.ops.mkldnn._linear_pointwise``, the kernel inductor's CPU fusion
+calls) is private: ``rlrun.core.private.torch.onednn_linear`` looks it up, guarded; where it is
+missing or fails, the BLAS serves.
 Its backward is two more products (``dX = dY W``, ``dW = dY^T X``) under the same size rule
 and a sum for the bias; it is differentiable once (no double backward through it).
 """
@@ -27,19 +28,11 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from rlrun.core.private.torch import onednn_linear as _kernel
+
 Gemm = Literal["auto", "blas", "onednn"]
 MIN_MACS = 1 << 21  # below this, oneDNN's per-call cost exceeds what its faster kernel saves (measured)
 _STATE = {"on": False}
-
-
-def _kernel():
-    """torch's oneDNN linear, or None where this build lacks it."""
-    if not torch.backends.mkldnn.is_available():
-        return None
-    try:
-        return torch.ops.mkldnn._linear_pointwise.default
-    except (AttributeError, RuntimeError):
-        return None
 
 
 def intel_cpu() -> bool:

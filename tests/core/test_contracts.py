@@ -32,7 +32,7 @@ ALLOWED_PRIVATE = {
     ("benchmarks/update.py", "torch._fused_adam_"): "the eager ceiling's one fused Adam kernel call, without "
                                                       "torch.optim's Python around it (no public name)",
     ("modules/networks.py", "torch._foreach_lerp_"): "torch's fused lerp (no public name)",
-    ("modules/onednn.py", "torch.ops.mkldnn._linear_pointwise"):
+    ("core/private/torch.py", "torch.ops.mkldnn._linear_pointwise"):
         "torch's oneDNN linear on plain tensors (no public name; MKL's GEMM takes 2x as long on AMD)",
     ("trainer/optim.py", "torch._foreach_add_"): _JOINT_ADAM,
     ("trainer/optim.py", "torch._foreach_lerp_"): _JOINT_ADAM,

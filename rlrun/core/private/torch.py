@@ -25,6 +25,10 @@ moved, rlrun takes the public path, says so in one line, and never fails).
 4. **Inductor's gcc flags** (``let_gcc_vectorise_loops``, ``compile=true`` on CPU only): drops
    ``-fno-tree-loop-vectorize`` from the private ``torch._inductor.cpp_builder.
    _get_optimization_cflags``. Public path: inductor's flags.
+5. **oneDNN's linear on plain tensors** (``onednn_linear``, ``gemm: onednn|auto`` only, used by
+   ``rlrun.modules.onednn``): ``torch.ops.mkldnn._linear_pointwise``, the kernel inductor's CPU
+   backend calls; torch's public float32 products on CPU go to MKL, whose AVX-512 kernels take
+   the slow path on AMD. Public path: the BLAS (``gemm: blas``, the default).
 
 Figures for (1)-(3) (``rlrun total_frames=1024 progress=false logger=csv``, whole process, 5
 interleaved paired runs on this project's shared 2-core machine at load ~15, 2026-12-05, CPU
@@ -33,11 +37,13 @@ seconds, median): all three 1.84 s; without (1) alone 5.29 s, without (2) alone 
 (any one missing imports it, ~3.4 s of CPU), so each buys the whole gap. (4) is a run-time
 figure: a gcc-built mask-store loop over 131,072 floats took 2.0-2.2 ms with inductor's flags,
 0.2 ms without the one flag; compiled SAC's update 19-22 ms -> 13-15 ms
-(rlrun/benchmarks/README.md).
+(rlrun/benchmarks/README.md). (5): one 256x256x256 float32 product on one AMD EPYC thread, MKL
+298-311 us, oneDNN 138-153 us; SAC's Pendulum update 0.74x the CPU time on a quiet machine.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -246,3 +252,18 @@ def let_gcc_vectorise_loops() -> bool:
     optimization_cflags.__wrapped__ = original  # type: ignore[attr-defined]
     cpp_builder._get_optimization_cflags = optimization_cflags
     return True
+
+
+@functools.cache
+def onednn_linear() -> Callable | None:
+    """torch's oneDNN linear ``(x, w, b, "none", [], "")`` -> ``x @ w.T + b`` (5), or None where
+    this torch lacks it (said once: the products stay on the BLAS)."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError) as err:
+        say_once("mkldnn", f"no torch.ops.mkldnn._linear_pointwise ({err})", "gemm=onednn uses the BLAS")
+        return None
