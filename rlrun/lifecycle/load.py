@@ -22,6 +22,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 
 from rlrun.core import checkpoint, formats, saved
 from rlrun.core.errors import CheckpointError, ConfigError
-from rlrun.core.registry import build, untrusted
+from rlrun.core.registry import build, lookup, untrusted
 
 CHECKPOINT, POLICY_FILE = "checkpoint.pt", "policy.pt"
 POLICY_FORMAT = formats.CURRENT["policy"][1]
@@ -285,15 +286,35 @@ def load(path: str | Path, device: str = "cpu", deterministic: bool = True,
             ``module:id``, interpolations); only for files you trust. Off: such a file is refused.
     """
     state, cfg = read(path, trust_code)
+    if _multi_agent(cfg.env.get("name")):
+        raise ConfigError(f"{cfg.env.get('name')!r} is a multi-agent env: its policy acts on the agents' "
+                          "group keys, which a loaded policy (and `rlrun export`) does not take yet",
+                          key="path", fix="evaluate it with `rlrun eval RUN_DIR`")
     # the action map reads gymnasium's wrappers: a run on EnvPool loads the same env on gymnasium
     backend = {"backend": "gymnasium"} if "backend" in cfg.env else {}
-    policy, env = restore(cfg, state, resolve_device(device), trust_code=trust_code, vectorization="sync",
-                          **backend)
+    # one process for one sub-env, where the env has the choice (VMAS's batched envs do not)
+    sync = {"vectorization": "sync"} if _takes("env", cfg.env.get("name"), "vectorization") else {}
+    policy, env = restore(cfg, state, resolve_device(device), trust_code=trust_code, **sync, **backend)
     try:
         return LoadedPolicy(policy, ActionMap(_sub_env(env)), cfg, env.spec, state["frames"],
                             deterministic).to(resolve_device(device)).eval()
     finally:
         env.close()
+
+
+def _takes(kind: str, name: Any, option: str) -> bool:
+    """Whether the registered ``kind/name`` has ``option`` (False for a name it does not know)."""
+    try:
+        return option in inspect.signature(lookup(kind, str(name)).factory).parameters
+    except (ConfigError, TypeError, ValueError):
+        return False
+
+
+def _multi_agent(env_name: Any) -> bool:
+    try:
+        return "single" not in lookup("env", str(env_name)).agent_layouts
+    except ConfigError:
+        return False
 
 
 def restore(cfg: DictConfig, state: dict[str, Any], device: torch.device, num_envs: int = 1,

@@ -80,6 +80,18 @@ def test_an_older_run_exports(tmp_path, capsys, name):
     assert torch.equal(program.module()(obs), pi.forward(obs))
 
 
+@pytest.mark.parametrize("name", sorted(n for n in RUNS if n.endswith(GROUP)))
+def test_a_multi_agent_runs_export_is_refused_in_one_line(tmp_path, capsys, name):
+    """A group policy acts on the agents' keys, which ``rlrun.load``/export do not take: exit 2 and
+    one error line naming the way that works, not a traceback (it was ``'Environment' object has
+    no attribute 'envs'`` after ``env.vectorization: unknown option``)."""
+    run = _copy(tmp_path, name)
+    code, _, err = run_cli(["export", str(run)], tmp_path, capsys)
+    assert code == 2, err
+    assert "Traceback" not in err and "multi-agent env" in err and "rlrun eval" in err, err
+    assert not (run / "policy.pt2").exists()
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_an_older_run_resumes_from_its_checkpoint(tmp_path, capsys, name):
     args, frames, budget = RUNS[name]
