@@ -48,6 +48,17 @@ def _all_reduce_mean(grads: list[Tensor]) -> None:
         g.copy_(part.view_as(g))
 
 
+def any_rank(flag: int) -> int:
+    """The largest of every rank's ``flag`` (``flag`` itself where alone): one all-reduce."""
+    if not active():
+        return flag
+    # NCCL reduces CUDA tensors only; once a batch, so the sync of reading it back costs nothing
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    out = torch.tensor([flag], dtype=torch.int64, device=device)
+    dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return int(out.item())
+
+
 def reduce_sum(values: Tensor) -> Tensor:
     """The element-wise sum of ``values`` over ranks (a copy; ``values`` itself where alone)."""
     if not active():

@@ -34,13 +34,23 @@ from rlrun.core.agent_groups import check_agent_groups
 from rlrun.core.errors import ConfigError
 from rlrun.core.registry import build
 from rlrun.distributed.ranked import one_run
+from rlrun.distributed.sync import active
 from rlrun.lifecycle.load import resolve_device  # noqa: F401 -- the run's device, as rlrun.load resolves it
 from rlrun.lifecycle.writer import CheckpointWriter, save_best
 from rlrun.loggers.deferred import DeferredLogger
 from rlrun.loggers.tracking import Progress
-from rlrun.trainer.builtins import Checkpointing, KeepBest, ProgressHook, learning_hooks, reporting_hooks
+from rlrun.trainer.builtins import (
+    Checkpointing,
+    KeepBest,
+    ProgressHook,
+    WorldStop,
+    learning_hooks,
+    reporting_hooks,
+)
 from rlrun.trainer.hooks import Hook, TargetUpdate
 from rlrun.trainer.loop import Budget, Trainer
+
+WORLD_STOP = "world_stop"  # the hook through which several ranks stop together
 
 OFFLINE_ROUND = 1000  # updates per round of an offline run (metrics, signals and intervals are checked
                       # between rounds): ~1-5 s of IQL on a CPU; trainer.optim_steps_per_epoch overrides
@@ -183,6 +193,8 @@ def build_run(cfg: DictConfig, run_dir: Path, device: torch.device, state: dict 
             compiled = CompiledUpdate(parts.loss, parts.optimizer, compile_mode(device))
         elif cfg.get("compile") == "auto":  # compiles later, if the warm-up's timing says it pays
             hooks["compile_auto"] = _compile_auto(parts, device)
+        if active():  # last: every rank leaves the loop after the same batch
+            hooks[WORLD_STOP] = WorldStop()
         logger = DeferredLogger(cfg.logger)
         trainer = Trainer(parts.collector, parts.loss, parts.optimizer, hooks, parts.epochs_per_batch,
                           parts.optim_steps_per_epoch, parts.learning_starts, parts.buffer, logger=logger,

@@ -25,7 +25,7 @@ from rlrun.core.runfiles import check_tree
 from rlrun.core.signals import chain_signal_handler, install_stop_handlers, restore_handlers
 from rlrun.distributed import checkpoint as rank_checkpoint
 from rlrun.distributed.sync import broadcast_state
-from rlrun.lifecycle.build import Run, build_run, resolve_device
+from rlrun.lifecycle.build import WORLD_STOP, Run, build_run, resolve_device
 from rlrun.lifecycle.load import write_policy_file
 from rlrun.lifecycle.writer import CHECKPOINT, write_json
 from rlrun.loggers.mlflow_logger import ATTEMPT_TAG
@@ -107,7 +107,8 @@ def _train(cfg: DictConfig, run_dir: Path, tags: dict[str, str]) -> dict[str, An
             _say_resuming(resume, state, ckpt_path, run.done, total, unit, run.parts.buffer is not None)
         _open_logger(cfg, run_dir, tags, resume, run)  # only now: a restore that fails leaves no tracker run
         status = "FAILED"
-        previous = install_stop_handlers(trainer)
+        # under several ranks a signal asks the hook that stops all ranks together (WorldStop)
+        previous = install_stop_handlers(run.trainer.hooks.get(WORLD_STOP, trainer))
         try:  # from here on a failure ends the tracker run FAILED (the finally below), set-up included
             status = _train_logged(cfg, run_dir, run, resume, config_text)
         except KeyboardInterrupt:  # Ctrl-C twice (signals.StopNow): stopped at once, last checkpoint kept

@@ -13,6 +13,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
+from rlrun.distributed.sync import any_rank
 from rlrun.loggers.tracking import Progress
 from rlrun.trainer.evaluation import Evaluation, Evaluator
 from rlrun.trainer.hooks import (
@@ -183,3 +184,32 @@ class KeepBest(Hook):
 
     def load_state_dict(self, state: dict) -> None:
         self.best_return, self.best_frame = state.get("best_return"), state.get("best_frame")
+
+
+class WorldStop(Hook):
+    """Under several ranks, a stop asked on any rank is every rank's, after the same batch (issue 39).
+
+    Ranks must leave the loop after the same batch: one that stopped alone would wait in the
+    final checkpoint's barrier while the others wait in the next batch's gradient all-reduce,
+    until the collective timeout failed the run. So the signal handlers ask this hook
+    (``request_stop``, a ``core.signals.Stoppable``) rather than the trainer, and at the end of
+    every batch (``post_steps_log``, after every other hook: a stop a hook asked on one rank
+    counts too) one all-reduce of a flag tells every rank whether any rank asked; each then
+    asks its trainer. A signal that lands after the all-reduce is taken at the next batch's.
+    """
+
+    def __init__(self) -> None:
+        self.asked: tuple[str, bool, int | None] | None = None
+
+    def request_stop(self, reason: str, interrupted: bool = True, signum: int | None = None) -> None:
+        if self.asked is None:
+            self.asked = (reason, interrupted, signum)
+
+    def post_steps_log(self, trainer, batch) -> None:
+        if not any_rank(int(self.asked is not None or trainer.stop_reason is not None)):
+            return
+        if self.asked is not None:
+            reason, interrupted, signum = self.asked
+            trainer.request_stop(reason, interrupted=interrupted, signum=signum)
+        elif trainer.stop_reason is None:
+            trainer.request_stop("stopped with another rank")

@@ -86,7 +86,7 @@ class CompileAuto(Hook):
         go, self.line = decide(self._timed_s / self._timed_updates, self._updates_left(trainer, updates))
         self.say(self.line)
         if go:
-            trainer.compiled = self.build()
+            trainer.use_compiled(self.build())
 
     @staticmethod
     def _updates_left(trainer, updates_per_batch: int) -> float:

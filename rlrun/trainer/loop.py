@@ -235,6 +235,10 @@ class Trainer:
         if signum is not None and self.stop_signal is None:
             self.stop_signal = signum
 
+    def use_compiled(self, compiled: CompiledUpdate) -> None:
+        """Takes the optimiser steps from here on through ``compiled`` (``compile=auto`` decided to)."""
+        self.compiled = compiled
+
     def diverge(self, what: str) -> None:
         """Marks the run diverged and ends it after this batch, without evaluating or saving it."""
         if self.diverged is None:

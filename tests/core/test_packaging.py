@@ -37,3 +37,17 @@ def test_wheel_venv_sees_the_environment_running_the_tests(wheel_venv):
     own = sysconfig.get_paths()["purelib"]  # the running environment's site-packages (a venv's own)
     assert own in path, f"{own} (running environment) not on the wheel venv's sys.path"
     assert rlrun_file.startswith(str(wheel_venv))  # the wheel's rlrun, not an editable one
+
+
+def test_every_package_of_the_tree_is_listed_for_the_wheel():
+    """pyproject's explicit ``packages`` names every folder of rlrun/ with an ``__init__.py`` (a new
+    one left out installs editable but breaks a wheel at import: rlrun.core.private once did)."""
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = {".".join(p.parent.relative_to(root).parts) for p in (root / "rlrun").rglob("__init__.py")}
+    tree = {t for t in tree if not t.startswith("rlrun.launch.hydra_plugins")}  # ships as hydra_plugins.*
+    assert tree <= listed, sorted(tree - listed)

@@ -103,3 +103,42 @@ def _hash(tree) -> str:
 
     walk(tree)
     return digest.hexdigest()
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_batch_with_one_checkpoint(tmp_path):
+    """SIGTERM to rank 1 alone (as a node's scheduler may deliver it): every rank leaves the loop
+    after the same batch and the run's last checkpoint is committed by all of them, past the
+    periodic one; the same command then finishes the run. A rank that stopped alone waited in
+    the final checkpoint's barrier while rank 0 waited in the next batch's all-reduce, until the
+    collective timeout failed the run without that checkpoint."""
+    if not TORCHRUN.exists() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs torchrun and 2 cores")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RLRUN_COLLECTIVE_TIMEOUT_S": "30"}
+    args = [*ARGS[:-2], "checkpoint.interval_frames=4096", "total_frames=65536", "eval.interval_frames=0"]
+    args.remove("total_frames=16384")
+    cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "rlrun", *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("runs/*/*/ranks/1/checkpoint.pt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint committed"
+            time.sleep(0.1)
+        os.kill(rank_pids(proc.pid)[1], signal.SIGTERM)
+        signalled = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        stopped_in = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run_dir,) = tmp_path.glob("runs/*/*")
+    committed = json.loads((run_dir / "world.json").read_text())["frames"]
+    parts = [torch.load(p, weights_only=True)["frames"]
+             for p in (run_dir / "checkpoint.pt", run_dir / "ranks" / "1" / "checkpoint.pt")]
+    assert committed > 4096 and parts == [committed, committed], (committed, parts, err[-3000:])
+    assert stopped_in < 30, (stopped_in, err[-3000:])  # a batch and a checkpoint, not a collective timeout
+    assert "SIGTERM: stopping after this batch" in err
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resuming from frame {committed} of 65536" in done.stderr

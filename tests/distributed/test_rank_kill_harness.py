@@ -3,8 +3,8 @@ SIGKILLed at random moments near its checkpoints, and the same command is rerun,
 KILLS times; then the run finishes. Afterwards: one tracker run, each (metric, step) once in
 MLflow, the CSV and TensorBoard, no batch's row lost, exactly the budget's frames on every rank.
 
-Each attempt announces its checkpoints on stderr (``RLRUN_TEST_PAUSE_AT=checkpoint_write`` with
-no pause): the harness waits for the 1st to 3rd announcement, then a random 0-1.5 s (a kill may
+Each attempt announces its checkpoints on stderr (``RLRUN_TEST_PAUSE_AT=checkpoint_write``,
+a 0.25 s pause): the harness waits for the 1st to 3rd announcement, then a random 0-1.5 s (a kill may
 land before, during or after the commit of the ranks' parts, or mid-batch), then SIGKILLs rank 0
 or rank 1; torchrun ends the other rank. Bounded: HARNESS_S for the whole test.
 """
@@ -31,7 +31,10 @@ from rank_procs import alive, rank_pids
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 KILLS = 10
-TOTAL = 24576  # 96 batches of 256: twelve attempts move it on by at most ~3 checkpoints (1536) each
+# 192 batches of 256. An attempt moves the run on by up to 3 checkpoints and what 1.5 s more train;
+# a 0.25 s pause at each checkpoint bounds the latter on a fast machine (CI once ran out of frames
+# at kill 10 of 24576 without it): at most ~4,600 frames an attempt, ~2,500 on average.
+TOTAL = 49152
 HARNESS_S = float(os.environ.get("RLRUN_HARNESS_S", "1500"))
 ARGS = ["algo=ppo", "env=cartpole", f"total_frames={TOTAL}", "collector.frames_per_batch=256",
         "checkpoint.interval_frames=512", "eval.interval_frames=2048", "eval.episodes=1", "progress=false",
@@ -43,7 +46,7 @@ class Attempt:
 
     def __init__(self, cwd: Path, pause: bool):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-               "RLRUN_COLLECTIVE_TIMEOUT_S": "30", "RLRUN_TEST_PAUSE_S": "0",
+               "RLRUN_COLLECTIVE_TIMEOUT_S": "30", "RLRUN_TEST_PAUSE_S": "0.25" if pause else "0",
                "RLRUN_TEST_PAUSE_AT": "checkpoint_write" if pause else ""}
         cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "rlrun", *ARGS]
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

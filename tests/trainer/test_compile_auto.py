@@ -46,8 +46,10 @@ def _batches(hook: CompileAuto, trainer, clock: _Clock, n: int, updates: int, se
 
 
 def _trainer(total: int = 20_000) -> SimpleNamespace:
-    return SimpleNamespace(optim_steps=0, clock=1000, last_clock=1000, budget=Budget("frames", total),
-                           compiled=None)
+    trainer = SimpleNamespace(optim_steps=0, clock=1000, last_clock=1000, budget=Budget("frames", total),
+                              compiled=None)
+    trainer.use_compiled = lambda compiled: setattr(trainer, "compiled", compiled)  # Trainer's, as it does
+    return trainer
 
 
 def test_the_hook_skips_the_first_batch_times_the_next_and_decides_once(monkeypatch):
