@@ -1,7 +1,8 @@
 """Who this process is among the ranks: read from the environment torchrun sets.
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
-(as submitit's ``TorchDistributedEnvironment().export()`` does in a SLURM task). SLURM's own
+(as submitit's ``TorchDistributedEnvironment().export()`` does in a SLURM task of
+``hydra/launcher=slurm`` with ``tasks_per_node``/``nodes``: ``rlrun.launch.submitit_launch``). SLURM's own
 ``SLURM_PROCID``/``SLURM_NTASKS`` are deliberately not read: ``hydra/launcher=slurm_ray`` runs
 one rlrun on an N-task allocation, which must not wait for N - 1 ranks that never come.
 
@@ -74,7 +75,7 @@ def world_from_env(device: str = "cpu", env: Mapping[str, str] | None = None,
         if local_size > gpus:
             raise WorldError(f"{local_size} ranks on this node but {gpus} GPUs", key="nproc-per-node",
                              fix=f"torchrun --nproc-per-node {gpus} (one rank per GPU)")
-    else:
+    elif env.get("RLRUN_RANKS_FROM") != "slurm":  # SLURM gave each task its CPUs (rlrun.launch)
         cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) \
             if cpus is None else cpus
         if local_size > cpus:

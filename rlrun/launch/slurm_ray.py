@@ -110,6 +110,7 @@ class SlurmRayLauncherBase(SlurmLauncherBase):
     """A SLURM job per run over ``nodes`` nodes, with a Ray head on the first and Ray workers on the rest."""
 
     _OWN_PARAMS = ("wait", "ray_port", "ray_start_timeout_s")
+    _TASKS_ARE_RANKS = False  # its tasks hold Ray nodes; one rlrun runs on the first
 
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
                  singleton_state: dict, status_file: str | None = None) -> Any:

@@ -96,6 +96,8 @@ class SubmititLauncher(BaseSubmititLauncher):
     """Shared job side (resolvers, signals, status) and submission of the rlrun launchers."""
 
     _OWN_PARAMS: tuple[str, ...] = ()  # ours, not submitit's: kept out of update_parameters
+    # a job's SLURM tasks (tasks_per_node x nodes) are the ranks of one data-parallel run
+    _TASKS_ARE_RANKS = True
 
     def __init__(self, **params: Any) -> None:
         own = {k: params.pop(k) for k in self._OWN_PARAMS if k in params}
@@ -120,7 +122,10 @@ class SubmititLauncher(BaseSubmititLauncher):
             install_requeue_handlers()
         else:  # local workers start with SIGINT ignored (rlrun.launch.local): the job must see Ctrl-C
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        status = Path(status_file) if status_file else None
+        if self._EXECUTOR == "slurm" and env.num_tasks > 1 and self._TASKS_ARE_RANKS:
+            ranks_from_tasks()
+        # one job, one record: rank 0's (the run's face; the others' records would race with it)
+        status = Path(status_file) if status_file and env.global_rank == 0 else None
         planned = read_status(status).get("run_dir") if status else None
         run_dir = Path(planned) if planned else None
         if status:
@@ -250,6 +255,18 @@ class SubmititLauncher(BaseSubmititLauncher):
                     update_status(Path(p[5]), state="FAILED", error=f"{type(err).__name__}: {err}"[:1000])
                 results.append(JobReturn(overrides=p[0], status=JobStatus.FAILED, _return_value=err))
         return results
+
+
+def ranks_from_tasks() -> None:
+    """Makes this SLURM task a rank of the job's torch.distributed world (issue 39): submitit's
+    ``TorchDistributedEnvironment`` exports what torchrun would (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` = the first node, ``MASTER_PORT`` from the
+    job id), which ``rlrun.distributed.world`` reads. ``RLRUN_RANKS_FROM=slurm``: the scheduler
+    allocated each task its CPUs, so the cores check meant for torchrun on one machine is skipped."""
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)  # each rank takes LOCAL_RANK's GPU
+    os.environ["RLRUN_RANKS_FROM"] = "slurm"
 
 
 def _exit_with(err: Exception) -> None:

@@ -135,3 +135,31 @@ def test_cancelled_job_is_not_requeued(tmp_path, slurm_partition):
         assert sacct.startswith("CANCELLED"), sacct
     finally:  # a failed test leaves no job training on (a second scancel of an ended job does nothing)
         subprocess.run(["scancel", record["job_id"]], timeout=60)
+
+
+@pytest.mark.timeout(600)
+def test_a_jobs_slurm_tasks_are_the_ranks_of_one_data_parallel_run(tmp_path, slurm_partition):
+    """`hydra/launcher=slurm hydra.launcher.tasks_per_node=2`: the job's two tasks train one policy
+    as two ranks (submitit's TorchDistributedEnvironment, as torchrun's): one run directory with
+    rank 1's part beside rank 0's checkpoint, a world of 2, the budget counted over both, one
+    tracker run and one job record."""
+    proc = spawn(["-m", "hydra/launcher=slurm", f"hydra.launcher.partition={slurm_partition}", *SLURM_SMALL,
+                  "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1",
+                  "algo=ppo", "env=cartpole", "total_frames=4096", "collector.frames_per_batch=512",
+                  "checkpoint.interval_frames=2048", "eval.interval_frames=0", "eval.episodes=1",
+                  "progress=false", "threads=1", f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path)
+    _, err = proc.communicate(timeout=540)
+    assert proc.returncode == 0, err[-3000:]
+    (record,) = job_records(tmp_path / "sw")
+    assert record["state"] == "COMPLETED", record
+    run_dir = Path(record["run_dir"])
+    assert read_json(run_dir / "world.json")["world_size"] == 2
+    import torch
+
+    parts = [torch.load(p, weights_only=True) for p in (run_dir / "checkpoint.pt",
+                                                       run_dir / "ranks" / "1" / "checkpoint.pt")]
+    assert [p["frames"] for p in parts] == [4096, 4096]  # the world's frames, on each rank
+    assert [p["collector"]["frames"] for p in parts] == [2048, 2048]  # each rank collected its half
+    assert read_json(run_dir / "summary.json")["frames"] == 4096
+    _, runs = mlflow_runs(tmp_path / "mlflow.db")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
