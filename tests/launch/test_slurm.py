@@ -55,10 +55,13 @@ def _state(tmp_path: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
-def test_sweep_of_two_jobs_through_slurm_tracks_both_runs(tmp_path, slurm_partition):
-    """`rlrun -m +sweep=smoke hydra/launcher=slurm`: both jobs' runs in the MLflow store, with summaries."""
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_sweep_of_two_jobs_through_slurm_tracks_both_runs(tmp_path, slurm_partition, tasks):
+    """`rlrun -m +sweep=smoke hydra/launcher=slurm`: both jobs' runs in the MLflow store, with summaries
+    (with 2 tasks a job, each job is one data-parallel run of 2 ranks)."""
     proc = spawn(["-m", "+sweep=smoke", "hydra/launcher=slurm", f"hydra.launcher.partition={slurm_partition}",
-                  *SLURM_SMALL, *FAST, f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path)
+                  *SLURM_SMALL, f"hydra.launcher.tasks_per_node={tasks}", *FAST,
+                  f"hydra.sweep.dir={tmp_path / 'sw'}"], tmp_path)
     _, err = proc.communicate(timeout=540)
     assert proc.returncode == 0, err[-3000:]
     records = job_records(tmp_path / "sw")
@@ -80,12 +83,15 @@ def test_sweep_of_two_jobs_through_slurm_tracks_both_runs(tmp_path, slurm_partit
 
 
 @pytest.mark.timeout(900)
-def test_preempted_job_is_requeued_and_resumes_to_the_configured_total(tmp_path, slurm_partition):
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_preempted_job_is_requeued_and_resumes_to_the_configured_total(tmp_path, slurm_partition, tasks):
     """Preempted (submitit's interrupt: SIGTERM + USR2), then timed out (USR2): requeued twice, resumed
-    from its checkpoint each time in the same run directory and MLflow run, frames counted once."""
+    from its checkpoint each time in the same run directory and MLflow run, frames counted once
+    (with 2 tasks: every rank stops after the same batch, and the world's frames are counted)."""
     from submitit import SlurmJob
 
-    record = _submit(tmp_path, slurm_partition, ["seed=0", *LONG_JOB], env=SLOWED)
+    ranks = f"hydra.launcher.tasks_per_node={tasks}"
+    record = _submit(tmp_path, slurm_partition, ["seed=0", ranks, *LONG_JOB], env=SLOWED)
     job = SlurmJob(record["submitit_folder"], record["job_id"])
     run_dir = record["run_dir"]
     stops = []

@@ -74,6 +74,7 @@ def wired(overrides: list[str], tmp_path: Path, monkeypatch, until: str = "train
 
         def __init__(self, collector, loss, optimizer, hooks, epochs_per_batch, optim_steps_per_epoch,
                      learning_starts, buffer, **kwargs):
+            self.hooks = hooks
             got.update(collector=collector, hooks=hooks, epochs_per_batch=epochs_per_batch,
                        optim_steps_per_epoch=optim_steps_per_epoch, learning_starts=learning_starts,
                        buffer=buffer, **kwargs)
