@@ -19,13 +19,13 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
+from followed import Followed
 from rank_procs import alive, rank_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -41,7 +41,7 @@ ARGS = ["algo=ppo", "env=cartpole", f"total_frames={TOTAL}", "collector.frames_p
         "threads=1", "seed=3", "hydra.run.dir=runs/r0", "logger=multi", "+logger.loggers.csv={name: csv}"]
 
 
-class Attempt:
+class Attempt(Followed):
     """One ``torchrun --nproc-per-node 2 -m rlrun`` of the run; its stderr read as it comes."""
 
     def __init__(self, cwd: Path, pause: bool):
@@ -49,17 +49,7 @@ class Attempt:
                "RLRUN_COLLECTIVE_TIMEOUT_S": "30", "RLRUN_TEST_PAUSE_S": "0.25" if pause else "0",
                "RLRUN_TEST_PAUSE_AT": "checkpoint_write" if pause else ""}
         cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "rlrun", *ARGS]
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.err: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.err.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
+        super().__init__(cmd, cwd, env)
 
     def kill_rank(self, rank: int, nth: int, delay: float, deadline: float) -> list[int] | None:
         """SIGKILLs ``rank`` ``delay`` s after the ``nth`` checkpoint announcement; its workers' pids,

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from followed import Followed
 
 # 8 checkpoints (every 512 frames): five kills of one directory move it on by at most 7 (an exact
 # point by one, a kill near the 1st or 2nd checkpoint after the resume by two), so every planned
@@ -48,23 +49,13 @@ def args(i: int) -> list[str]:
             "+logger.loggers.csv={name: csv}"]
 
 
-class Attempt:
+class Attempt(Followed):
     """One ``python -m rlrun`` process, killed at an announced point (or left to finish)."""
 
     def __init__(self, cwd: Path, i: int, point: str | None, pause_s: float):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLRUN_TEST_PAUSE_AT": point or "",
                "RLRUN_TEST_PAUSE_S": str(pause_s)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "rlrun", *args(i)], cwd=cwd, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.err: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.err.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
+        super().__init__([sys.executable, "-m", "rlrun", *args(i)], cwd, env)
 
     def kill_after(self, point: str, nth: int, delay: float, deadline: float) -> bool:
         """SIGKILLs ``delay`` s after the ``nth`` announcement of ``point``; False if it ended first."""
