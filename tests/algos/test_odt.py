@@ -115,6 +115,14 @@ def test_an_odt_run_goes_through_both_phases_and_ends_at_exactly_its_updates(tmp
     assert len(state["buffer"]["episodes"]) == 6 + 3 * n_envs
 
 
+def test_a_bad_online_value_is_one_line_naming_its_online_key(tmp_path, capsys, data_root):
+    """A value of the ``online`` section is checked before anything is built, under its own key."""
+    code, _, err = run_cli(["algo=odt", "env=pendulum", f"dataset={DATASET}", f"dataset_root={data_root}",
+                            "online.updates_per_round=0", "logger=csv", "progress=false"], tmp_path, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert "rlrun: error: online.updates_per_round: must be a positive integer" in err, err
+
+
 def test_explain_describes_an_odt_run(tmp_path, capsys, data_root):
     """`rlrun explain` on oDT (its source keeps the dataset in its buffer, not as ``.data``)."""
     code, out, err = run_cli(["explain", "algo=odt", "env=pendulum", f"dataset={DATASET}",
