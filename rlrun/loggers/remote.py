@@ -176,6 +176,12 @@ class RemoteMLflow:
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
             self._proc.stdout.close()
+            tracking_uri, root, _ = self._where
+            if not self.taken and root is not None:  # killed, perhaps while making the store
+                from rlrun.loggers.store import embedded_uri, remove_temp_store
+
+                self._proc.wait()
+                remove_temp_store(tracking_uri or embedded_uri(Path(root)), self._proc.pid)
 
 
 def store_looks_usable(tracking_uri: str | None, root: str | None) -> bool:

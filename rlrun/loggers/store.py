@@ -120,11 +120,27 @@ def _repair(path: Path, reason: str) -> None:
     _create(path)
 
 
+def temp_store(path: Path, pid: int) -> Path:
+    """Where process ``pid`` makes the store ``path`` before moving it into place."""
+    return path.with_name(f"{path.name}.tmp-{pid}")
+
+
+def remove_temp_store(uri: str, pid: int) -> None:
+    """Removes the temp store (and its SQLite journal) of process ``pid``, killed while making
+    ``uri``'s store: without it the temp file stays until another run makes a store there."""
+    path = sqlite_path(uri)
+    if path is not None:
+        tmp = temp_store(path, pid)
+        for p in (tmp, tmp.with_name(tmp.name + "-journal")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
 def _create(path: Path) -> None:
     """Makes a complete store in a temp file beside ``path`` and moves it into place."""
     from mlflow.tracking import MlflowClient
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp = temp_store(path, os.getpid())
     tmp.unlink(missing_ok=True)
     pause_point("store_create")
     uri = f"sqlite:///{tmp}"

@@ -121,3 +121,23 @@ def test_continuing_a_run_the_store_lacks_fails_before_training(tmp_path: Path):
         taken.start_run("r", "0123456789abcdef0123456789abcdef", {})
     taken.finish("FAILED")
     assert taken._proc.poll() is not None
+
+
+def test_a_worker_ended_while_it_makes_the_store_leaves_no_temp_file(tmp_path: Path, monkeypatch):
+    """A run that fails on its input after the worker started making the store (the worker is
+    never taken, so it is killed): the half-made ``mlflow.db.tmp-<pid>`` goes with it, rather than
+    staying in the user's directory until another run makes a store there."""
+    import time
+
+    monkeypatch.setenv("RLRUN_TEST_PAUSE_AT", "store_place")
+    monkeypatch.setenv("RLRUN_TEST_PAUSE_S", "120")
+    remote.prestart({"name": "mlflow", "root": str(tmp_path), "experiment": "e"})
+    worker = remote._prestarted[(None, str(tmp_path), "e")]
+    temp = tmp_path / f"mlflow.db.tmp-{worker._proc.pid}"
+    deadline = time.monotonic() + 90
+    while not temp.exists():  # MLflow imported, the temp store made, the worker paused before placing it
+        assert time.monotonic() < deadline and worker._proc.poll() is None
+        time.sleep(0.05)
+    remote.discard_prestarted()
+    assert worker._proc.poll() is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
