@@ -429,16 +429,13 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         args = typing.get_args(hint)
         if value is None and type(None) in args:
             return value
-        errors = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as err:
-                errors.append(err)
-        if len(errors) == 1 and type(None) not in args:
-            raise errors[0]
+            except ConfigError:
+                pass
         raise _bad(value, hint, key)
     if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
         if not isinstance(value, (list, tuple, ListConfig)):

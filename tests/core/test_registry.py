@@ -229,3 +229,22 @@ def test_a_factorys_check_options_runs_before_it_is_built(isolated_registry):
         build("hook", {"name": "ordered", "low": 5, "high": 2}, key="hooks.o")
     assert err.value.key == "hooks.o.low" and built == []
     assert build("hook", {"name": "ordered", "low": 1, "high": 2}, key="hooks.o") == (1, 2)
+
+
+@pytest.mark.parametrize("hint, words", [
+    (registry.PositiveInt, "a positive integer"),
+    (registry.NonNegativeInt, "a non-negative integer"),
+    (registry.PositiveFloat, "a number > 0"),
+    (registry.Fraction, "a number >= 0 and <= 1"),
+    (registry.Annotated[int, registry.Range(ge=1, lt=10)], "an integer >= 1 and < 10"),
+    (registry.Annotated[float, registry.Range(gt=0.5)], "a number > 0.5"),
+    (registry.Literal["auto", 3], "one of auto, 3"),
+    (int | None, "an integer or null"),
+    (bool | registry.Literal["auto"], "true, false or auto"),
+])
+def test_an_annotation_is_described_in_the_words_of_the_error_message(hint, words):
+    """The words every range error uses (``must be <words>, got ...``), pinned per kind of annotation."""
+    assert registry.describe(hint) == words
+    with pytest.raises(ConfigError) as refused:
+        registry.check_value("x" if hint is not registry.Literal["auto", 3] else 4, hint, "k")
+    assert refused.value.key == "k" and refused.value.message.startswith(f"must be {words}, got ")
