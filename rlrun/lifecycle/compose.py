@@ -6,6 +6,8 @@ launchers read the config through here."""
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import re
 import sys
@@ -362,16 +364,27 @@ def _check_writable(parsed: list, multirun: bool) -> None:
     given = next((str(o.value()) for o in parsed if o.key_or_group == key and not o.is_sweep_override()),
                  None)
     path = Path(given) if given and "${" not in given else Path("runs")
+    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path) as probe:  # bytes, not just a name: a full disk fails here,
-            probe.write(bytes(PROBE_BYTES))             # not in Hydra's own writes (a traceback)
-            probe.flush()
+        for attempt in range(3):
+            path.mkdir(parents=True, exist_ok=True)
+            try:
+                with tempfile.TemporaryFile(dir=path) as probe:  # bytes, not just a name: a full disk
+                    probe.write(bytes(PROBE_BYTES))             # fails here, not in Hydra's own writes
+                    probe.flush()
+                break
+            except FileNotFoundError:  # a concurrent launch removed the empty directory it had made
+                if attempt == 2:
+                    raise
     except OSError as err:
         where = f"{path}" if given else f"runs/ in the current directory {Path.cwd()}"
         raise ConfigError(f"cannot write the run directory {where} ({err.strerror or err})", key=key,
                           fix=f"set {key}=<a writable directory>" + ("" if given else
                               ", or run rlrun from a writable directory")) from None
+    finally:  # Hydra makes them again for a run that goes on; a refused command leaves none behind
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 def env_package(env_id: str) -> str | None:

@@ -243,3 +243,12 @@ def test_a_vmas_scenario_option_the_scenario_does_not_use_is_refused(tmp_path, c
     assert code == 2, err
     assert err.startswith("rlrun: error: env.scenario_kwargs.foo:") and "Traceback" not in err, err
     assert not list(tmp_path.rglob("checkpoint.pt"))
+
+
+@pytest.mark.parametrize("override", ["total_frames=-1", "hydra.run.dir=out/a/b total_frames=-1"])
+def test_a_command_refused_while_composing_leaves_no_directory_behind(tmp_path, capsys, override):
+    """The writable-directory probe makes ``runs/`` (or the given run dir) as Hydra would, and
+    removes what it made: a refused command leaves the directory as it found it."""
+    code, _, err = run_cli(["algo=sac", "env=pendulum", *override.split()], tmp_path, capsys)
+    assert code == 2 and "total_frames" in err, err
+    assert list(tmp_path.iterdir()) == []
