@@ -7,7 +7,6 @@ launchers read the config through here."""
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import re
 import sys
