@@ -104,7 +104,8 @@ def _main(argv: list[str], command: bool = False) -> int:
 
         return run_single(argv, beside=command)
     register_resolvers()
-    if not info_only:
+    shows_help = any(a in ("--help", "-h", "--hydra-help", "--shell-completion", "-sc") for a in argv)
+    if not shows_help:  # --cfg and --info show this command's config: the same checks as its run
         try:
             precheck(argv)
             check_multirun(argv)  # every job's values, and the sweep dir, before any job starts

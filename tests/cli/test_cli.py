@@ -266,3 +266,15 @@ def test_torch_puts_a_large_tensor_on_huge_pages_once_the_command_asked_for_them
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert int(out.stdout.split()[-1]) >= 32 * 1024, out.stdout  # most of the 64 MB, in kB
+
+
+@pytest.mark.parametrize("bad, key", [("algo=sacc", "algo"), ("colector.frames_per_batch=3", "colector.frames_per_batch")])
+@pytest.mark.parametrize("show", [["--cfg", "job"], ["-c", "all"]])
+def test_showing_a_commands_config_checks_its_presets_and_keys_first(tmp_path, capsys, show, bad, key):
+    """``--cfg``/``-c`` show the config the command would run: a misspelt preset or key is the
+    run's own one-line error and exit 2, not Hydra's listing and exit 1."""
+    code, out, err = run_cli(["algo=sac", "env=pendulum", bad, *show], tmp_path, capsys)
+    assert code == 2 and err.startswith(f"rlrun: error: {key}: "), err
+    assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err and not out
+    code, out, err = run_cli(["algo=sac", "env=pendulum", "seed=3", *show], tmp_path, capsys)
+    assert code == 0 and "seed: 3" in out, err
