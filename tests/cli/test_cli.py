@@ -268,7 +268,8 @@ def test_torch_puts_a_large_tensor_on_huge_pages_once_the_command_asked_for_them
     assert int(out.stdout.split()[-1]) >= 32 * 1024, out.stdout  # most of the 64 MB, in kB
 
 
-@pytest.mark.parametrize("bad, key", [("algo=sacc", "algo"), ("colector.frames_per_batch=3", "colector.frames_per_batch")])
+@pytest.mark.parametrize("bad, key", [("algo=sacc", "algo"),
+                                      ("colector.frames_per_batch=3", "colector.frames_per_batch")])
 @pytest.mark.parametrize("show", [["--cfg", "job"], ["-c", "all"]])
 def test_showing_a_commands_config_checks_its_presets_and_keys_first(tmp_path, capsys, show, bad, key):
     """``--cfg``/``-c`` show the config the command would run: a misspelt preset or key is the
