@@ -7,13 +7,14 @@ import unicodedata
 from collections.abc import Iterable
 
 
-def visible(text: str) -> str:
+def visible(text: str, newlines: bool = True) -> str:
     """``text`` with control, format (bidi overrides such as U+202E) and separator characters shown
     as escapes (``\\u202e``), so that a hostile name cannot reorder or hide what a terminal shows.
-    Line breaks stay: some messages hold several lines (each is escaped alike)."""
+    Line breaks stay with ``newlines`` (a text of several lines, each escaped alike), else they are
+    shown as ``\\n`` too."""
     out = []
     for ch in str(text):
-        if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        if (ch != "\n" or not newlines) and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
             out.append(ch.encode("unicode_escape").decode("ascii"))
         else:
             out.append(ch)
@@ -30,14 +31,18 @@ class RlrunError(Exception):
     """
 
     exit_code = 2
+    multiline = False  # the message may hold line breaks (a worker's traceback); else they are escaped
 
     def __init__(self, message: str, key: str | None = None, fix: str | None = None):
         self.message, self.key, self.fix = message, key, fix
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"{self.key}: {self.message}" if self.key else str(self.message)
-        return visible(f"{head}\n  fix: {self.fix}" if self.fix else head)
+        """``key: message`` and ``  fix: ...``: one line each, whatever a value quoted in them holds
+        (a path with a line break in its name stays on its line, the break shown as ``\\n``)."""
+        message = visible(self.message, newlines=self.multiline)
+        head = f"{visible(self.key, newlines=False)}: {message}" if self.key else message
+        return f"{head}\n  fix: {visible(self.fix, newlines=False)}" if self.fix else head
 
 
 class ConfigError(RlrunError):
@@ -55,6 +60,7 @@ class WorkerError(RlrunError, RuntimeError):
     """
 
     exit_code = 4
+    multiline = True
 
     def __init__(self, what: str, traceback_text: str = ""):
         todo = "fix the error below and rerun" if traceback_text else "rerun"
