@@ -95,6 +95,13 @@ def _check_nodes(root: yaml.Node, source: str | Path, key: str, fix: str | None)
         children: list[yaml.Node] = []
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
+            seen: set[tuple[str, str]] = set()
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if (k.tag, k.value) in seen:  # which one counts differs between readers: refused
+                        raise refuse(source, f"holds the key {k.value!r} twice in one mapping", fix=fix,
+                                     key=key)
+                    seen.add((k.tag, k.value))
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         total, deep = 1, 0

@@ -124,3 +124,17 @@ def test_a_json_object_with_a_key_twice_is_refused(tmp_path):
     path.write_text('{"status": "finished", "status": "running"}')
     with pytest.raises(saved.SavedFileError, match="'status' appears twice"):
         saved.load_json(path)
+
+
+@pytest.mark.parametrize("text, key", [("total_frames: 100\ntotal_frames: 5\n", "total_frames"),
+                                       ("trainer: {lr: 1, lr: 2}\n", "lr"),
+                                       ("hooks:\n- {a: 1}\n- {b: 1, b: 2}\n", "b")])
+def test_a_yaml_mapping_with_a_key_twice_is_refused(tmp_path, text, key):
+    """As for JSON: which value counts differs between readers (PyYAML keeps the last, OmegaConf
+    refuses the file), so rlrun refuses it rather than guess."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(saved.SavedFileError, match=f"holds the key '{key}' twice in one mapping"):
+        saved.load_yaml(path)
+    distinct = saved.parse_yaml("1: a\n'1': b\nx: &A {y: 1}\nz: *A\n", "ok.yaml")  # 1 and '1' differ
+    assert distinct == {1: "a", "1": "b", "x": {"y": 1}, "z": {"y": 1}}
