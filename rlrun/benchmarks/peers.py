@@ -112,9 +112,10 @@ DIFFERENCES: dict[str, list[str]] = {
     ],
     "a2c": ["Value loss mapped as PPO's (vf_coef = critic_coef / 2). SBX has no A2C."],
     "dqn": [
-        "Exploration schedule: rlrun counts epsilon's frames from the end of the random warm-up "
-        "(1.0 at 5k frames, 0.05 at 30k); SB3 from frame 0 (exploration_fraction = 30k / budget: 0.05 at "
-        "30k too, but 0.84 at 5k). The end point is mapped, the slope cannot be.",
+        "Exploration schedule: rlrun counts epsilon's frames from the end of the random warm-up, SB3 from "
+        "frame 0 (exploration_fraction = (warm-up + annealing frames) / budget). Mapped as one line: "
+        "rlrun's eps_init is SB3's epsilon at the warm-up's end (0.84 for dqn_cartpole, 0.67 for "
+        "dqn_cartpole_tuned); before that both act uniformly at random.",
         "Target copies: rlrun counts updates (every 125), SB3 env steps from step 0 (every 500): the same "
         "500-frame period; SB3's copies fall at multiples of 500 frames, rlrun's after the 125th update "
         "of each period, up to one batch apart.",
@@ -234,10 +235,11 @@ ROWS: list[Row] = [
         {"hooks.target_update.interval_updates": "target_interval_updates"},
         {"target_update_interval": "target_interval_frames", "tau": "hard_tau"}, fixed=("loss.tau=1.0",)),
     Row(("dqn",), "epsilon init -> end over frames after warm-up", ("eps_init", "eps_end", "eps_frames"),
-        {"exploration.eps_init": "eps_init", "exploration.eps_end": "eps_end",
+        {"exploration.eps_init": "eps_after_warmup", "exploration.eps_end": "eps_end",
          "exploration.annealing_frames": "eps_frames"},
         {"exploration_initial_eps": "eps_init", "exploration_final_eps": "eps_end",
-         "exploration_fraction": "eps_fraction"}, "end point mapped; see DIFFERENCES"),
+         "exploration_fraction": "eps_fraction"},
+        "one line on both sides: SB3's starts at frame 0, rlrun's at the warm-up's end at SB3's value there"),
     Row(("dqn",), "max grad norm", "max_grad_norm", {"optim.max_grad_norm": "max_grad_norm"},
         {"max_grad_norm": "max_grad_norm"}),
     Row(("dqn",), "loss, target", "loss_target", {"loss.double": "double"}, {},
@@ -307,6 +309,11 @@ def values(task: Task) -> dict[str, Any]:
     if task.algo == "dqn":
         v["target_interval_updates"] = round(v["target_interval_frames"] * v["updates"] / v["n_steps"])
         v["eps_fraction"] = (v["learning_starts"] + v["eps_frames"]) / task.frames
+        # SB3 anneals from frame 0, through the warm-up (whose actions are uniform anyway); rlrun from
+        # the warm-up's end: started there at SB3's epsilon of that frame, the two lines coincide
+        # (issue 43: without it rlrun explored more for 10k frames, and its AUC was "different")
+        v["eps_after_warmup"] = round(v["eps_init"] - (v["eps_init"] - v["eps_end"]) * v["learning_starts"]
+                                      / (v["learning_starts"] + v["eps_frames"]), 6)
         v["loss_target"] = ("huber", "double" if v["double"] else "max")
     v["auto_alpha"] = f"auto_{v.get('init_alpha')}"
     v["normal_noise"] = ("normal", v.get("noise"))
