@@ -270,12 +270,13 @@ def test_dqn_epsilon_is_one_line_on_both_sides_after_the_warm_up(name):
     start, end, fraction = model["exploration_initial_eps"], model["exploration_final_eps"], model[
         "exploration_fraction"]
 
-    def sb3(frame: int) -> float:  # stable_baselines3.common.utils.get_linear_fn, on progress = frame / budget
+    def sb3(frame: int) -> float:  # SB3's get_linear_fn at progress = frame / budget
         progress = frame / task.frames
         return end if progress > fraction else start + progress * (end - start) / fraction
 
     overrides = dict(o.split("=", 1) for o in peers.rlrun_overrides(task))
-    ours = EpsilonGreedy(actor=None, num_envs=1, num_actions=2, eps_init=float(overrides["exploration.eps_init"]),
+    ours = EpsilonGreedy(actor=None, num_envs=1, num_actions=2,
+                         eps_init=float(overrides["exploration.eps_init"]),
                          eps_end=float(overrides["exploration.eps_end"]),
                          annealing_frames=int(overrides["exploration.annealing_frames"]))
     warm_up = int(overrides["collector.init_random_frames"])
