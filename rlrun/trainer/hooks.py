@@ -420,6 +420,30 @@ class TargetUpdate(Hook):
         trainer.loss.update_targets()
 
 
+class TargetUpdateByFrames(Hook):
+    """Moves the loss's target networks before the updates of each batch whose env frames cross a
+    multiple of ``interval_frames``.
+
+    This is how SB3 and CleanRL count DQN's target interval (env steps): a copy then falls between
+    two batches' updates, never among them. Counted in updates, an interval that is not a multiple
+    of the updates per batch copies mid-batch; with the same mean period that measurably changes
+    learning (DQN CartPole, ``rlrun/benchmarks/README.md``, fidelity).
+    """
+
+    def __init__(self, interval_frames: int):
+        self.interval = interval_frames
+        self.every = {"process_batch": Every(interval_frames)}  # the trainer's clock: env frames
+
+    def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
+        if trainer.budget.unit != "frames":  # the clock counts updates: the interval would too
+            raise ConfigError("counts env frames, and this run's budget counts updates (total_updates)",
+                              key="hooks.target_update.interval_frames",
+                              fix="count in updates: hooks.target_update.interval_frames=null "
+                                  "hooks.target_update.interval_updates=N")
+        trainer.loss.update_targets()
+        return batch
+
+
 @register("hook", "observation_stats")
 class ObservationStats(Hook):
     """Updates the observation normaliser from each batch, after training on it (under several
@@ -513,10 +537,33 @@ class TrainStats(Hook):
         trainer.log(metrics)
 
 
-@register("hook", "target_update")
-def make_target_update(loss, interval_updates: PositiveInt = 1) -> TargetUpdate:
-    """Moves the loss's target networks every ``interval_updates`` optimiser steps."""
+def _one_interval(node: dict, key: str) -> None:
+    """Exactly one of the two intervals: a preset's ``interval_updates`` is not silently ignored."""
+    updates, frames = node.get("interval_updates", 1), node.get("interval_frames")
+    if updates is not None and frames is not None:
+        raise ConfigError("interval_updates and interval_frames are both set", key=f"{key}.interval_frames",
+                          fix=f"count in one unit: add {key}.interval_updates=null")
+    if updates is None and frames is None:
+        raise ConfigError("neither interval_updates nor interval_frames is set",
+                          key=f"{key}.interval_updates",
+                          fix=f"set {key}.interval_updates=N or {key}.interval_frames=N")
+
+
+@register("hook", "target_update", options=_one_interval)
+def make_target_update(loss, interval_updates: PositiveInt | None = 1,
+                       interval_frames: PositiveInt | None = None) -> TargetUpdate | TargetUpdateByFrames:
+    """Moves the loss's target networks every ``interval_updates`` optimiser steps, or every
+    ``interval_frames`` env frames.
+
+    Args:
+        interval_updates: Optimiser steps between moves; null to count in frames instead.
+        interval_frames: Env frames between moves, applied before the updates of the batch that
+            crosses a multiple (SB3's and CleanRL's count: never mid-batch). Set it with
+            ``+hooks.target_update.interval_frames=N hooks.target_update.interval_updates=null``.
+    """
     if not getattr(loss, "has_targets", False):
         raise ConfigError(f"the loss {type(loss).__name__} has no target networks",
                           key="hooks.target_update", fix="remove hooks.target_update")
+    if interval_frames is not None:
+        return TargetUpdateByFrames(interval_frames)
     return TargetUpdate(interval_updates)

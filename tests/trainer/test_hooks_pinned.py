@@ -221,6 +221,52 @@ def test_target_update_follows_the_restored_optimiser_step_count():
     assert loss.updates == [1]  # the third step overall, not the third after the restore
 
 
+@pytest.mark.parametrize(("interval", "expected"), [
+    (178, [200, 400, 600, 800, 900]),
+    (100, [100, 200, 300, 400, 500, 600, 700, 800, 900]),
+])
+def test_target_update_by_frames_copies_before_the_batch_that_crosses_a_multiple(interval, expected):
+    """Batches of 100 frames: a multiple of 178 falls in (100, 200], (300, 400], (500, 600], (700, 800]
+    and (800, 900] (178, 356, 534, 712, 890); the copy comes before that batch's updates, as SB3's
+    callback copies during collection. Stateless: the trainer's clock says when."""
+    from rlrun.core.registry import build
+
+    loss = CountingLoss()
+    loss.has_targets = True
+    node = {"name": "target_update", "interval_updates": None, "interval_frames": interval}
+    hook = build("hook", node, loss=loss)
+    process_batch, post_optim = dispatch(hook, "process_batch"), dispatch(hook, "post_optim")
+    trainer = SimpleNamespace(loss=loss, optim_steps=0, clock=0, last_clock=0,
+                              budget=SimpleNamespace(unit="frames"))
+    for clock in range(100, 1000, 100):
+        trainer.last_clock, trainer.clock, loss.step = clock - 100, clock, clock
+        assert process_batch(trainer, "batch") == "batch"  # a chained point hands the batch on
+        for _ in range(50):
+            post_optim(trainer)  # never moves the targets mid-batch
+            trainer.optim_steps += 1
+    assert loss.updates == expected and hook.state_dict() == {}
+
+
+def test_target_update_counts_in_one_unit_and_frames_only_where_frames_are_the_clock():
+    from rlrun.core.errors import ConfigError
+    from rlrun.core.registry import build
+
+    loss = CountingLoss()
+    loss.has_targets = True
+    for node, key in [({"interval_frames": 500}, "hooks.target_update.interval_frames"),
+                      ({"interval_updates": None}, "hooks.target_update.interval_updates")]:
+        with pytest.raises(ConfigError) as info:
+            build("hook", {"name": "target_update", **node}, key="hooks.target_update", loss=loss)
+        assert info.value.key == key and "interval_updates" in info.value.fix
+    hook = build("hook", {"name": "target_update", "interval_updates": None, "interval_frames": 5},
+                 loss=loss)
+    offline = SimpleNamespace(loss=loss, optim_steps=10, clock=10, last_clock=0,
+                              budget=SimpleNamespace(unit="updates"))
+    with pytest.raises(ConfigError) as info:
+        dispatch(hook, "process_batch")(offline, "batch")
+    assert info.value.key == "hooks.target_update.interval_frames" and loss.updates == []
+
+
 # --- the replay hook's importance weights and priority updates, through real losses -----------
 
 
