@@ -111,6 +111,10 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
             ("final", [r["return"] for r in mine]),
             ("auc", [auc(r["curve"]) for r in mine]),
         ):
+            if not values:  # one side run alone (--sides)
+                for end in ("", "_low", "_high"):
+                    row[f"{lib}_{metric}{end}"] = float("nan")
+                continue
             row[f"{lib}_{metric}"] = stats.iqm(values)
             row[f"{lib}_{metric}_low"], row[f"{lib}_{metric}_high"] = stats.bootstrap_iqm_ci(values)
         row[f"{lib}_train_s"] = float(np.median([r["train_s"] for r in mine])) if mine else float("nan")
@@ -229,12 +233,16 @@ def run(
     jobs: int = 1,
     python: str | None = None,
     log=print,
+    sides: tuple[str, ...] = ("rlrun", "peer"),
 ) -> dict:
-    """Every (task, seed, side) run, ``jobs`` at a time; the pair's order alternates by seed."""
+    """Every (task, seed, side) run, ``jobs`` at a time; the pair's order alternates by seed.
+
+    ``sides``: one side alone reruns it after a change to it, merged later with the other side's
+    earlier runs (``--from-json``; a seed's runs are deterministic on each side)."""
     work = []
     for name in tasks:
         for seed in seeds:
-            pair = [("rlrun", seed), ("peer", seed)]
+            pair = [(side, seed) for side in ("rlrun", "peer") if side in sides]
             work += [(name, side, s) for side, s in (pair if seed % 2 == 0 else pair[::-1])]
 
     def one(item: tuple[str, str, int]) -> dict:
@@ -450,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         "--frames", type=int, default=None, help="override every budget (a smoke run, not the statistics)"
     )
     p.add_argument("--jobs", type=int, default=1, help="runs at once (wall times then share the cores)")
+    p.add_argument("--sides", nargs="+", choices=("rlrun", "peer"), default=["rlrun", "peer"],
+                   help="run one side alone, e.g. rlrun after a change to it; merge with --from-json")
     p.add_argument("--out", type=Path, default=Path("bench_results/fidelity"))
     p.add_argument("--from-json", nargs="+", type=Path, default=None, help="render earlier results, merged")
     args = p.parse_args(argv)
@@ -475,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --tasks: SBX has no {', '.join(no)}; drop them for --peer sbx", file=sys.stderr)
             return 2
         seeds = list(range(args.seed_start, args.seed_start + args.seeds))
-        result = run(args.tasks, seeds, args.peer, args.frames, args.jobs, args.peer_python)
+        result = run(args.tasks, seeds, args.peer, args.frames, args.jobs, args.peer_python,
+                     sides=tuple(args.sides))
     print(markdown(result))
     for path in write(result, args.out, command):
         print(f"wrote {path}")

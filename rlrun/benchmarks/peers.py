@@ -116,9 +116,6 @@ DIFFERENCES: dict[str, list[str]] = {
         "frame 0 (exploration_fraction = (warm-up + annealing frames) / budget). Mapped as one line: "
         "rlrun's eps_init is SB3's epsilon at the warm-up's end (0.84 for dqn_cartpole, 0.67 for "
         "dqn_cartpole_tuned); before that both act uniformly at random.",
-        "Target copies: rlrun counts updates (every 125), SB3 env steps from step 0 (every 500): the same "
-        "500-frame period; SB3's copies fall at multiples of 500 frames, rlrun's after the 125th update "
-        "of each period, up to one batch apart.",
         "Double DQN is off on the rlrun side here: SB3's DQN has no double-Q target.",
         "SBX only: no gradient clipping (its DQN has no max_grad_norm).",
     ],
@@ -231,9 +228,11 @@ ROWS: list[Row] = [
         {"collector.frames_per_batch": "n_steps", "trainer.updates_per_frame": "updates_per_frame"},
         {"train_freq": "n_steps", "gradient_steps": "updates", "env.n_envs": "n_envs"},
         fixed=("env.num_envs=1",)),
-    Row(("dqn",), "target copy every (frames)", "target_interval_frames",
-        {"hooks.target_update.interval_updates": "target_interval_updates"},
-        {"target_update_interval": "target_interval_frames", "tau": "hard_tau"}, fixed=("loss.tau=1.0",)),
+    Row(("dqn",), "target copy every (frames, between batches)", "target_interval_frames",
+        {"+hooks.target_update.interval_frames": "target_interval_frames"},
+        {"target_update_interval": "target_interval_frames", "tau": "hard_tau"},
+        "both count env frames and copy before a batch's updates (SB3: in its collection callback)",
+        fixed=("loss.tau=1.0", "hooks.target_update.interval_updates=null")),
     Row(("dqn",), "epsilon init -> end over frames after warm-up", ("eps_init", "eps_end", "eps_frames"),
         {"exploration.eps_init": "eps_after_warmup", "exploration.eps_end": "eps_end",
          "exploration.annealing_frames": "eps_frames"},
@@ -307,7 +306,6 @@ def values(task: Task) -> dict[str, Any]:
         v["first_update"] = v["learning_starts"] + 1  # SB3 trains once num_timesteps > learning_starts
         v["updates_per_frame"] = v["updates"] / v["n_steps"]
     if task.algo == "dqn":
-        v["target_interval_updates"] = round(v["target_interval_frames"] * v["updates"] / v["n_steps"])
         v["eps_fraction"] = (v["learning_starts"] + v["eps_frames"]) / task.frames
         # SB3 anneals from frame 0, through the warm-up (whose actions are uniform anyway); rlrun from
         # the warm-up's end: started there at SB3's epsilon of that frame, the two lines coincide

@@ -110,11 +110,9 @@ def test_mapping_translates_what_differs_in_form():
     dqn_task = peers.TASKS["dqn_cartpole"]
     dqn = peers.peer_spec(dqn_task)["model"]
     assert dqn["exploration_fraction"] == pytest.approx(0.30)  # 5k warm-up + 25k annealing of 100k
-    assert dqn[
-        "target_update_interval"
-    ] == 500 and "hooks.target_update.interval_updates=125" in peers.rlrun_overrides(
-        dqn_task
-    )  # 500 frames at 25 updates per 100 frames
+    overrides = peers.rlrun_overrides(dqn_task)
+    assert dqn["target_update_interval"] == 500 and "+hooks.target_update.interval_frames=500" in overrides
+    assert "hooks.target_update.interval_updates=null" in overrides  # frames, not updates, on both sides
     ddpg = peers.peer_spec(peers.TASKS["ddpg_pendulum"])["model"]
     assert ddpg["action_noise"] == ("ou", 0.02, 0.15, 1.0) and ddpg["train_freq"] == 200
     for task in peers.TASKS.values():
@@ -164,6 +162,35 @@ def test_two_seed_smoke_run_writes_table_csv_and_page(tmp_path):
     page = (tmp_path / "fidelity.html").read_text()
     assert page.count("data:image/png;base64,") == 1 and "model.hidden=[64,64]" in page
     assert "ppo_cartpole" in (tmp_path / "fidelity.csv").read_text()
+
+
+def test_one_side_rerun_merges_with_the_other_sides_earlier_runs(monkeypatch, tmp_path):
+    """``--sides rlrun`` runs rlrun alone (after a change to rlrun); merged with an earlier run of
+    both sides, its runs replace rlrun's and the peer's stay: one row per metric with a verdict."""
+    task = peers.TASKS["dqn_cartpole"]
+    done = []
+
+    def fake(side: str, value: float):
+        def run(*args, **kwargs):
+            done.append(side)
+            return {"curve": [[task.frames, value]], "return": value, "train_s": 1.0, "eval_s": 0.1,
+                    "process_s": 2.0, "cpu_s": 1.0}
+        return run
+
+    monkeypatch.setattr(fidelity, "run_peer", fake("peer", 500.0))
+    monkeypatch.setattr(fidelity, "run_rlrun", fake("rlrun", 100.0))
+    (tmp_path / "both").mkdir(), (tmp_path / "new").mkdir()
+    old = fidelity.run(["dqn_cartpole"], [0, 1, 2], log=lambda *_: None)
+    monkeypatch.setattr(fidelity, "run_rlrun", fake("rlrun", 499.0))
+    done.clear()
+    assert fidelity.main(["--tasks", "dqn_cartpole", "--seeds", "3", "--sides", "rlrun",
+                          "--out", str(tmp_path / "new")]) == 0
+    assert done == ["rlrun"] * 3
+    (tmp_path / "both" / "fidelity.json").write_text(json.dumps(old))
+    merged = fidelity.merge([tmp_path / "both" / "fidelity.json", tmp_path / "new" / "fidelity.json"])
+    (row,) = fidelity.rows_of(merged)
+    assert row["rlrun_final"] == 499.0 and row["peer_final"] == 500.0 and row["final_diff"] == -1.0
+    assert row["final_verdict"] == "equivalent"
 
 
 def test_paired_end_to_end_splits_fixed_and_per_update_cost(monkeypatch):
@@ -284,3 +311,63 @@ def test_dqn_epsilon_is_one_line_on_both_sides_after_the_warm_up(name):
         ours.frames = frame - warm_up  # rlrun's exploration counts the frames it acted on
         assert ours.epsilon == pytest.approx(sb3(frame), abs=1e-5), frame
     assert sb3(warm_up) < start - 0.1 and v["eps_after_warmup"] == pytest.approx(sb3(warm_up), abs=1e-5)
+
+
+def test_dqn_target_copies_fall_at_the_same_updates_on_both_sides():
+    """SB3 copies DQN's target in its collection callback, every ``target_update_interval`` env
+    steps: between two training phases, never inside one. The mapped rlrun hook, driven in the
+    loop's order (process_batch, then the batch's updates with post_optim after each), copies after
+    the same optimiser steps. The old mapping (every 89 updates for SB3's 178 frames at 50 updates a
+    100-frame batch) copied mid-batch: same mean period, yet its AUC came out 35 below SB3's over
+    20 seeds (rlrun/benchmarks/README.md)."""
+    pytest.importorskip("stable_baselines3")
+    from types import SimpleNamespace
+
+    import stable_baselines3.dqn.dqn as sb3_dqn
+
+    from rlrun.benchmarks import peer_run
+    from rlrun.core.registry import build
+    from rlrun.trainer.hooks import dispatch
+
+    task, frames = peers.TASKS["dqn_cartpole_tuned"], 8000
+    model, _, _ = peer_run.build("sb3", task.name, 0, None)
+    done, copies, train, copy = [0], [], model.train, sb3_dqn.polyak_update
+
+    def counted(gradient_steps: int, batch_size: int) -> None:
+        train(gradient_steps, batch_size)
+        done[0] += gradient_steps
+
+    def recorded(params, target_params, tau):
+        copies.append(done[0])
+        copy(params, target_params, tau)
+
+    model.train = counted
+    sb3_dqn.polyak_update = recorded
+    try:
+        model.learn(total_timesteps=frames)
+    finally:
+        sb3_dqn.polyak_update = copy
+    sb3 = sorted(set(copies))
+
+    overrides = dict(o.lstrip("+").split("=", 1) for o in peers.rlrun_overrides(task))
+    node = {"name": "target_update"}
+    for key, value in overrides.items():
+        if key.startswith("hooks.target_update."):
+            node[key.rsplit(".", 1)[1]] = None if value == "null" else int(value)
+    taken, ours = [0], []  # optimiser steps taken; the count at each copy
+    loss = SimpleNamespace(has_targets=True, update_targets=lambda: ours.append(taken[0]))
+    hook = build("hook", node, loss=loss)
+    trainer = SimpleNamespace(loss=loss, optim_steps=0, clock=0, last_clock=0,
+                              budget=SimpleNamespace(unit="frames"))
+    batch_frames, per_batch = int(overrides["collector.frames_per_batch"]), task.values["updates"]
+    process_batch, post_optim = dispatch(hook, "process_batch"), dispatch(hook, "post_optim")
+    for clock in range(batch_frames, frames + 1, batch_frames):
+        trainer.last_clock, trainer.clock = clock - batch_frames, clock
+        process_batch(trainer, None)
+        if clock >= int(overrides["trainer.learning_starts"]):
+            for _ in range(per_batch):
+                taken[0] += 1  # the optimiser step; the trainer counts it after post_optim
+                post_optim(trainer)
+                trainer.optim_steps += 1
+    assert sb3 == sorted(set(ours)), (sb3, ours)
+    assert len(sb3) > 10 and all(n % per_batch == 0 for n in sb3)  # copies between phases only
