@@ -3,7 +3,8 @@
 Q-learning on replayed transitions with a target network, Huber loss, and
 epsilon-greedy exploration (``conf/exploration/epsilon_greedy.yaml``). The
 target network is copied every ``hooks.target_update.interval_updates`` steps (``tau: 1``)
-or polyak-averaged (``tau < 1``).
+or polyak-averaged (``tau < 1``); ``interval_frames`` counts env frames instead, as SB3 and
+CleanRL do (a copy then falls between two batches' updates).
 """
 
 from __future__ import annotations
