@@ -26,3 +26,7 @@ def test_the_site_builds_strict(tmp_path):
         assert (site / page).is_file(), page
     # the benchmarks page includes rlrun/benchmarks/README.md rather than a copy of it
     assert "Reading the numbers" in (site / "benchmarks/index.html").read_text()
+    # the fidelity benchmark's page (issue 43) is on the site, curves and all, linked from its page
+    fidelity = (site / "benchmarks/fidelity.html").read_text()
+    assert "dqn_cartpole_tuned" in fidelity and "data:image/png;base64," in fidelity
+    assert 'href="fidelity.html"' in (site / "benchmarks/index.html").read_text()
