@@ -47,7 +47,7 @@ from rlrun.trainer.builtins import (
     learning_hooks,
     reporting_hooks,
 )
-from rlrun.trainer.hooks import Hook, TargetUpdate, TargetUpdateByFrames
+from rlrun.trainer.hooks import Hook, TargetUpdate
 from rlrun.trainer.loop import Budget, Trainer
 
 WORLD_STOP = "world_stop"  # the hook through which several ranks stop together
@@ -130,8 +130,7 @@ def build_parts(cfg: DictConfig, run_dir: Path, device: torch.device) -> Parts:
     wired = {**learning, **configured, **reporting}
     hooks = {name: hook for name, (hook, _) in wired.items()}
     origins = {name: origin for name, (_, origin) in wired.items()}
-    moves_targets = (TargetUpdate, TargetUpdateByFrames)
-    if loss.has_targets and not any(isinstance(h, moves_targets) for h in hooks.values()):
+    if loss.has_targets and not any(isinstance(h, TargetUpdate) for h in hooks.values()):
         raise ConfigError(f"{type(loss).__name__} keeps target networks, but no hook moves them",
                           key="hooks.target_update",
                           fix="add hooks.target_update={name:target_update,interval_updates:1}")

@@ -407,32 +407,21 @@ class GAE(Hook):
 
 
 class TargetUpdate(Hook):
-    """Moves the loss's target networks every ``interval_updates`` optimiser steps.
+    """Moves the loss's target networks every ``interval_updates`` optimiser steps, or before the
+    updates of each batch whose env frames cross a multiple of ``interval_frames`` (when set).
 
-    How far they move is the loss's ``tau`` (1: a hard copy, as DQN's).
+    How far they move is the loss's ``tau`` (1: a hard copy, as DQN's). Frames are how SB3 and
+    CleanRL count DQN's target interval: a copy then falls between two batches' updates, never
+    among them; counted in updates, an interval that is not a multiple of the updates per batch
+    copies mid-batch, which with the same mean period measurably changes learning (DQN CartPole,
+    ``rlrun/benchmarks/README.md``, fidelity).
     """
 
-    def __init__(self, interval_updates: int):
-        self.interval = interval_updates
-        self.every = {"post_optim": Every(interval_updates)}  # the trainer's dispatch filters
-
-    def post_optim(self, trainer) -> None:
-        trainer.loss.update_targets()
-
-
-class TargetUpdateByFrames(Hook):
-    """Moves the loss's target networks before the updates of each batch whose env frames cross a
-    multiple of ``interval_frames``.
-
-    This is how SB3 and CleanRL count DQN's target interval (env steps): a copy then falls between
-    two batches' updates, never among them. Counted in updates, an interval that is not a multiple
-    of the updates per batch copies mid-batch; with the same mean period that measurably changes
-    learning (DQN CartPole, ``rlrun/benchmarks/README.md``, fidelity).
-    """
-
-    def __init__(self, interval_frames: int):
-        self.interval = interval_frames
-        self.every = {"process_batch": Every(interval_frames)}  # the trainer's clock: env frames
+    def __init__(self, interval_updates: int | None = 1, interval_frames: int | None = None):
+        self.interval = interval_frames or interval_updates
+        # the trainer's dispatch filters both points; the unit not counted in never fires (interval 0)
+        self.every = {"post_optim": Every(0 if interval_frames else interval_updates),
+                      "process_batch": Every(interval_frames or 0)}
 
     def process_batch(self, trainer, batch: TensorDict) -> TensorDict:
         if trainer.budget.unit != "frames":  # the clock counts updates: the interval would too
@@ -442,6 +431,9 @@ class TargetUpdateByFrames(Hook):
                                   "hooks.target_update.interval_updates=N")
         trainer.loss.update_targets()
         return batch
+
+    def post_optim(self, trainer) -> None:
+        trainer.loss.update_targets()
 
 
 @register("hook", "observation_stats")
@@ -551,7 +543,7 @@ def _one_interval(node: dict, key: str) -> None:
 
 @register("hook", "target_update", options=_one_interval)
 def make_target_update(loss, interval_updates: PositiveInt | None = 1,
-                       interval_frames: PositiveInt | None = None) -> TargetUpdate | TargetUpdateByFrames:
+                       interval_frames: PositiveInt | None = None) -> TargetUpdate:
     """Moves the loss's target networks every ``interval_updates`` optimiser steps, or every
     ``interval_frames`` env frames.
 
@@ -564,6 +556,4 @@ def make_target_update(loss, interval_updates: PositiveInt | None = 1,
     if not getattr(loss, "has_targets", False):
         raise ConfigError(f"the loss {type(loss).__name__} has no target networks",
                           key="hooks.target_update", fix="remove hooks.target_update")
-    if interval_frames is not None:
-        return TargetUpdateByFrames(interval_frames)
-    return TargetUpdate(interval_updates)
+    return TargetUpdate(interval_updates, interval_frames)
