@@ -15,6 +15,8 @@ alternating by seed), evaluates both the same way at the same frame counts, and 
   task's solved-vs-random range: equivalent when the 90 % bootstrap interval of the difference
   lies inside +-margin; different when the 95 % interval excludes 0 and equivalence fails;
   inconclusive otherwise (more seeds narrow it);
+* the test's power at these seeds: how often it calls the peer equivalent to itself
+  (``self_equivalence``), which tells an inconclusive verdict that wants more seeds from a gap;
 * both sides' training wall time (evaluation excluded), whole-process time and process CPU time
   (user + system, ``wait4``: what other jobs on a shared machine do not inflate), medians.
 
@@ -44,6 +46,10 @@ from rlrun.report import stats
 
 MARGIN = 0.10
 """Equivalence margin, a fraction of the task's solved - random return range (README: why 10 %)."""
+SELF_DRAWS, SELF_RESAMPLES = 100, 1000
+"""Pairs of samples ``self_equivalence`` draws (its fraction to +-5 %, one standard error) and the
+bootstrap resamples of each pair's interval: a tenth of the verdicts' work (about 1 s of CPU a row
+at 60 seeds) for an indicator, not a verdict."""
 PEER_PYTHON_ENV = "RLRUN_PEER_PYTHON"
 
 
@@ -98,6 +104,30 @@ def verdict(a: list[float], b: list[float], margin: float, seed: int = 0) -> dic
     }
 
 
+def self_equivalence(values: list[float], margin: float, sims: int = SELF_DRAWS, seed: int = 0) -> float:
+    """How often the test calls one library equivalent to itself at this many seeds: the fraction of
+    ``sims`` pairs of samples, each of ``len(values)`` seeds drawn with replacement from ``values``
+    (one distribution, so no difference), whose 90 % interval lies inside +-``margin``.
+
+    The test's power when there is nothing to find. Near 1, an inconclusive verdict means the two
+    libraries' results are spread apart; near 0, it says only that this metric needs more seeds
+    than were run (a run that collapses anywhere between its peak and the floor makes the final
+    return such a metric). An estimate: the seeds run stand in for the library's distribution.
+    """
+    x, n = np.asarray(values, dtype=float), len(values)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for start in range(0, sims, 20):  # 20 pairs at once: ~10 MB of resamples at 60 seeds
+        k = min(20, sims - start)
+        iqms = []
+        for sample in (rng.choice(x, (k, n)), rng.choice(x, (k, n))):  # iqm_difference's resampling,
+            picks = rng.integers(0, n, (k, SELF_RESAMPLES, n))  # for k pairs at once
+            iqms.append(stats.iqm_axis(np.take_along_axis(sample[:, None, :], picks, axis=2), axis=2))
+        low, high = np.percentile(iqms[0] - iqms[1], [5, 95], axis=1)
+        hits += int(np.sum((-margin < low) & (high < margin)))
+    return hits / sims
+
+
 def summarise(task: peers.Task, runs: list[dict]) -> dict:
     """One table row for ``task`` from its runs (both sides, any seeds)."""
     margin = MARGIN * (task.solved_return - task.random_return)
@@ -124,8 +154,10 @@ def summarise(task: peers.Task, runs: list[dict]) -> dict:
     if len(sides["rlrun"]) >= 2 and len(sides["peer"]) >= 2:
         for metric in ("final", "auc"):
             get = (lambda r: r["return"]) if metric == "final" else (lambda r: auc(r["curve"]))
-            v = verdict([get(r) for r in sides["rlrun"]], [get(r) for r in sides["peer"]], margin)
+            peer_values = [get(r) for r in sides["peer"]]
+            v = verdict([get(r) for r in sides["rlrun"]], peer_values, margin)
             row.update({f"{metric}_{k}": val for k, val in v.items() if k != "margin"})
+            row[f"{metric}_peer_self"] = self_equivalence(peer_values, margin)
     return row
 
 
@@ -287,8 +319,8 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
     peer = result["peer"].upper()
     headers = [
         "task", "metric", "rlrun IQM [95% CI]", f"{peer} IQM [95% CI]", f"rlrun - {peer} [95% CI]",
-        "90% CI (TOST)", "margin", "verdict", "rlrun train s", f"{peer} train s", "rlrun process s",
-        f"{peer} process s", "rlrun CPU s", f"{peer} CPU s", "seeds",
+        "90% CI (TOST)", "margin", "verdict", f"{peer} vs itself: equivalent", "rlrun train s",
+        f"{peer} train s", "rlrun process s", f"{peer} process s", "rlrun CPU s", f"{peer} CPU s", "seeds",
     ]  # fmt: skip
     cells = []
     for row in rows_of(result):
@@ -303,6 +335,7 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
                 _ci(row, "rlrun_" + metric), _ci(row, "peer_" + metric),
                 f"{m['diff']:+.1f} [{m['diff_low']:+.1f}, {m['diff_high']:+.1f}]",
                 f"[{m['tost_low']:+.1f}, {m['tost_high']:+.1f}]", f"+-{row['margin']:.1f}", m["verdict"],
+                f"{m['peer_self']:.0%}",
                 f"{row['rlrun_train_s']:.1f}", f"{row['peer_train_s']:.1f}", f"{row['rlrun_process_s']:.1f}",
                 f"{row['peer_process_s']:.1f}", _seconds(row["rlrun_cpu_s"]), _seconds(row["peer_cpu_s"]),
                 f"{seed_text} ({len(seeds)})",

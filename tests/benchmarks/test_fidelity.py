@@ -52,6 +52,21 @@ def test_verdicts_equivalent_different_inconclusive():
     assert small["diff_low"] > 0 and small["verdict"] == "equivalent"
 
 
+def test_self_equivalence_is_the_tests_power_at_no_difference():
+    # one value repeated: every draw and resample gives a difference of exactly 0
+    assert fidelity.self_equivalence([500.0] * 10, margin=47.8) == 1.0
+    # runs that end at 0 or at 500 (a preset that collapses): 10 seeds' IQM swings by hundreds
+    assert fidelity.self_equivalence([0.0, 500.0] * 5, margin=47.8) == 0.0
+    # normal, sd 100, margin 47.8: the difference of two IQMs has sd about 100 * sqrt(2 * 1.2 / n)
+    # (IQM variance ~1.2x the mean's): 49 at 10 seeds, so the 90 % interval's half-width (~80) is
+    # past the margin; 11 at 200 seeds (half-width ~18), inside it whenever the point is within ~30
+    spread = np.random.default_rng(3).normal(0.0, 100.0, 200)
+    assert fidelity.self_equivalence(list(spread[:10]), margin=47.8) < 0.1
+    assert fidelity.self_equivalence(list(spread), margin=47.8) > 0.9
+    some = list(spread[:30])
+    assert fidelity.self_equivalence(some, 47.8) == fidelity.self_equivalence(some, 47.8)  # seeded
+
+
 def test_summarise_reads_final_and_auc_per_side():
     task = peers.TASKS["ppo_cartpole"]
     runs = [
@@ -71,6 +86,8 @@ def test_summarise_reads_final_and_auc_per_side():
     assert row["rlrun_final"] == pytest.approx(np.mean([500, 500, 480]))  # 3 values: nothing cut
     assert row["peer_auc"] == pytest.approx(np.mean([250, 245, 250]))
     assert row["final_diff"] == pytest.approx(-10 / 3)
+    # the peer's three AUCs (250, 245, 250) against themselves: always within 5 of each other
+    assert row["auc_peer_self"] == 1.0
 
 
 def test_page_is_the_report_document_with_an_html_table():
