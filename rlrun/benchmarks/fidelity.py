@@ -74,13 +74,23 @@ def iqm_difference(
     """``IQM(a) - IQM(b)`` and its percentile-bootstrap interval, each side resampled on its own."""
     x, y = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
     point = float(stats.iqm_axis(x) - stats.iqm_axis(y))
-    rng = np.random.default_rng(seed)
-    diffs = stats.iqm_axis(x[rng.integers(0, len(x), (resamples, len(x)))], axis=1) - stats.iqm_axis(
-        y[rng.integers(0, len(y), (resamples, len(y)))], axis=1
-    )
+    diffs = _resampled_differences(x, y, resamples, np.random.default_rng(seed))
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(diffs, [tail, 100 - tail])
     return point, float(low), float(high)
+
+
+def _resampled_differences(
+    x: np.ndarray, y: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``resamples`` bootstrap IQM differences of samples ``x - y`` along the last axis, for any
+    leading batch shape (``[..., n]`` in, ``[..., resamples]`` out); each side resampled on its own."""
+
+    def iqms(s: np.ndarray) -> np.ndarray:
+        picks = rng.integers(0, s.shape[-1], (*s.shape[:-1], resamples, s.shape[-1]))
+        return stats.iqm_axis(np.take_along_axis(s[..., None, :], picks, axis=-1), axis=-1)
+
+    return iqms(x) - iqms(y)
 
 
 def verdict(a: list[float], b: list[float], margin: float, seed: int = 0) -> dict:
@@ -119,11 +129,8 @@ def self_equivalence(values: list[float], margin: float, sims: int = SELF_DRAWS,
     hits = 0
     for start in range(0, sims, 20):  # 20 pairs at once: ~10 MB of resamples at 60 seeds
         k = min(20, sims - start)
-        iqms = []
-        for sample in (rng.choice(x, (k, n)), rng.choice(x, (k, n))):  # iqm_difference's resampling,
-            picks = rng.integers(0, n, (k, SELF_RESAMPLES, n))  # for k pairs at once
-            iqms.append(stats.iqm_axis(np.take_along_axis(sample[:, None, :], picks, axis=2), axis=2))
-        low, high = np.percentile(iqms[0] - iqms[1], [5, 95], axis=1)
+        diffs = _resampled_differences(rng.choice(x, (k, n)), rng.choice(x, (k, n)), SELF_RESAMPLES, rng)
+        low, high = np.percentile(diffs, [5, 95], axis=1)
         hits += int(np.sum((-margin < low) & (high < margin)))
     return hits / sims
 
