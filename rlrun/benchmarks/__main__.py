@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from rlrun.benchmarks.fidelity import main as fidelity_main
 
         return fidelity_main(argv[1:])
+    if argv[:1] == ["sac_probe"]:  # which of SAC's unmapped differences act (rlrun.benchmarks.sac_probe)
+        from rlrun.benchmarks.sac_probe import main as sac_probe_main
+
+        return sac_probe_main(argv[1:])
     if argv[:1] == ["compiled"]:  # compile=true against eager on a device (rlrun.benchmarks.compiled)
         from rlrun.benchmarks.compiled import main as compiled_main
 

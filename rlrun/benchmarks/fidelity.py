@@ -186,33 +186,36 @@ def _child(args: list[str], cwd: str | None = None) -> tuple[subprocess.Complete
     return done, wall, usage.ru_utime + usage.ru_stime
 
 
+def rlrun_args(task: peers.Task, seed: int, frames: int | None, run_dir: Path) -> list[str]:
+    """rlrun's command-line overrides for ``task`` with every mapped setting, run in ``run_dir``."""
+    budget = frames or task.frames
+    args = [
+        *peers.rlrun_overrides(task),
+        f"seed={seed}",
+        f"total_frames={budget}",
+        "logger=csv",
+        "progress=false",
+        "threads=1",
+        "resume=false",
+        f"eval.interval_frames={min(task.eval_interval, budget)}",
+        f"eval.episodes={peers.EVAL_EPISODES}",
+        "eval.max_envs=10",
+        "checkpoint.interval_frames=0",
+        f"hydra.run.dir={run_dir}",
+    ]
+    if frames and "learning_starts" in task.values:  # a shorter budget (smoke): warm-up and epsilon
+        start = peers.warmup(task, frames)
+        args += [f"collector.init_random_frames={start}", f"trainer.learning_starts={start + 1}"]
+        if task.algo == "dqn":  # shrink with it, as peer_run.peer_child does on the peer's side
+            eps_frames = max(1, task.values["eps_frames"] * budget // task.frames)
+            args.append(f"exploration.annealing_frames={eps_frames}")
+    return args
+
+
 def run_rlrun(task: peers.Task, seed: int, frames: int | None = None) -> dict:
     """rlrun's side: the CLI in a child process with every mapped setting; its eval curve and times."""
-    budget = frames or task.frames
     with tempfile.TemporaryDirectory(prefix="rlrun-fidelity-") as tmp:
-        args = [
-            sys.executable,
-            "-m",
-            "rlrun.cli.main",
-            *peers.rlrun_overrides(task),
-            f"seed={seed}",
-            f"total_frames={budget}",
-            "logger=csv",
-            "progress=false",
-            "threads=1",
-            "resume=false",
-            f"eval.interval_frames={min(task.eval_interval, budget)}",
-            f"eval.episodes={peers.EVAL_EPISODES}",
-            "eval.max_envs=10",
-            "checkpoint.interval_frames=0",
-            f"hydra.run.dir={tmp}/run",
-        ]
-        if frames and "learning_starts" in task.values:  # a shorter budget (smoke): warm-up and epsilon
-            start = peers.warmup(task, frames)
-            args += [f"collector.init_random_frames={start}", f"trainer.learning_starts={start + 1}"]
-            if task.algo == "dqn":  # shrink with it, as peer_run.peer_child does on the peer's side
-                eps_frames = max(1, task.values["eps_frames"] * budget // task.frames)
-                args.append(f"exploration.annealing_frames={eps_frames}")
+        args = [sys.executable, "-m", "rlrun.cli.main", *rlrun_args(task, seed, frames, Path(tmp) / "run")]
         proc, process_s, cpu_s = _child(args, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(
