@@ -123,9 +123,12 @@ DIFFERENCES: dict[str, list[str]] = {
         "One backward pass: rlrun steps actor, critics and temperature from losses computed at the same "
         "parameters; SB3 steps the temperature, then the critics, then computes the actor's loss with "
         "the updated critics. The same fixed point, a different order within an update.",
-        "log-std clamp: rlrun [-5, 2], SB3 [-20, 2] (not a setting on either side).",
+        "log-std clamp: rlrun [-5, 2], SB3 [-20, 2] (not a setting on either side). Measured inactive "
+        "on HalfCheetah (sac_probe, seeds 0-2): the lowest log-std head of a run is -3.1 to -3.4 in both.",
         "tanh correction of the log-probability: rlrun the exact, stable 2 (log 2 - u - softplus(-2u)); "
-        "SB3 log(1 - tanh(u)^2 + 1e-6), which caps the penalty of a saturated action.",
+        "SB3 log(1 - tanh(u)^2 + 1e-6), which caps the penalty of a saturated action. Measured negligible "
+        "on HalfCheetah (sac_probe, seeds 0-2): at most 0.07 % of pre-tanh entries pass |u| = 6 in either "
+        "library, a mean log-probability gap of at most 1.6e-3 nats.",
     ],
     "td3": [
         "Order within an update as SAC's (rlrun: one backward pass; SB3: critic step first).",
