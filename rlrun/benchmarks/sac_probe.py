@@ -41,7 +41,6 @@ EVERY = 10
 RLRUN_MIN_LOG_STD = -5.0
 SB3_MIN_LOG_STD = -20.0
 PHASES = 8
-FIELDS = ("log_std_min", "below_rlrun_clamp", "u_above_6", "correction_gap_mean", "correction_gap_max")
 
 
 @torch.no_grad()
@@ -70,27 +69,31 @@ class Recorder:
         self.batch, self.own_min, self.calls, self.records = batch, own_min, 0, []
         self.generator = torch.Generator().manual_seed(12345)
 
-    def __call__(self, mu: torch.Tensor, log_std_head: torch.Tensor) -> None:
-        if mu.shape[0] != self.batch:  # collection's calls (one env), not the loss's
-            return
+    def due(self, rows: int) -> bool:
+        """Counts a call of ``rows`` rows; True when it is a loss call to record. Asked before the
+        heads are computed, so the probe's extra actor pass runs on one call in EVERY, not on all."""
+        if rows != self.batch:  # collection's calls (one env), not the loss's
+            return False
         self.calls += 1
-        if self.calls % EVERY == 0:
-            self.records.append(squash_stats(mu, log_std_head, self.own_min, self.generator))
+        return self.calls % EVERY == 0
+
+    def record(self, mu: torch.Tensor, log_std_head: torch.Tensor) -> None:
+        self.records.append(squash_stats(mu, log_std_head, self.own_min, self.generator))
+
+
+def summarise(records: list[dict]) -> dict:
+    """Records (or summaries) as one: the lowest log-std, the mean fractions and gaps, the largest gap."""
+    return {
+        "log_std_min": min(r["log_std_min"] for r in records),
+        **{k: float(np.mean([r[k] for r in records]))
+           for k in ("below_rlrun_clamp", "u_above_6", "correction_gap_mean")},
+        "correction_gap_max": max(r["correction_gap_max"] for r in records),
+    }
 
 
 def phases(records: list[dict], n: int = PHASES) -> list[dict]:
-    """The records in ``n`` consecutive parts of the run: minimum, fractions and gaps as named."""
-    out = []
-    for part in np.array_split(np.arange(len(records)), n):
-        rows = [records[i] for i in part]
-        out.append({
-            "log_std_min": min(r["log_std_min"] for r in rows),
-            "below_rlrun_clamp": float(np.mean([r["below_rlrun_clamp"] for r in rows])),
-            "u_above_6": float(np.mean([r["u_above_6"] for r in rows])),
-            "correction_gap_mean": float(np.mean([r["correction_gap_mean"] for r in rows])),
-            "correction_gap_max": max(r["correction_gap_max"] for r in rows),
-        })
-    return out
+    """The records in ``n`` consecutive parts of the run, each summarised."""
+    return [summarise([records[i] for i in part]) for part in np.array_split(np.arange(len(records)), n)]
 
 
 # ----- the two sides, each in a child process -------------------------------------------------------
@@ -109,8 +112,9 @@ def child(side: str, task_name: str, seed: int, out: Path, frames: int | None = 
         sample = networks.Actor.sample
 
         def observed(self: networks.Actor, obs: torch.Tensor):
-            with torch.no_grad():
-                record(*self.features(obs).chunk(2, -1))
+            if record.due(obs.shape[0]):
+                with torch.no_grad():
+                    record.record(*self.features(obs).chunk(2, -1))
             return sample(self, obs)
 
         networks.Actor.sample = observed
@@ -131,9 +135,10 @@ def child(side: str, task_name: str, seed: int, out: Path, frames: int | None = 
         action_log_prob = Actor.action_log_prob
 
         def observed(self: Actor, obs: torch.Tensor):
-            with torch.no_grad():
-                latent = self.latent_pi(self.extract_features(obs, self.features_extractor))
-                record(self.mu(latent), self.log_std(latent))  # the head before SB3's clamp
+            if record.due(obs.shape[0]):
+                with torch.no_grad():
+                    latent = self.latent_pi(self.extract_features(obs, self.features_extractor))
+                    record.record(self.mu(latent), self.log_std(latent))  # the head before SB3's clamp
             return action_log_prob(self, obs)
 
         Actor.action_log_prob = observed
@@ -164,13 +169,7 @@ def run(task: str, seeds: list[int], out: Path, jobs: int, frames: int | None = 
         result["libs"][side] = {
             "returns": [d["return"] for d in mine],
             "calls": [d["calls"] for d in mine],
-            "phases": [{
-                "log_std_min": min(p[i]["log_std_min"] for p in per_seed),
-                "below_rlrun_clamp": float(np.mean([p[i]["below_rlrun_clamp"] for p in per_seed])),
-                "u_above_6": float(np.mean([p[i]["u_above_6"] for p in per_seed])),
-                "correction_gap_mean": float(np.mean([p[i]["correction_gap_mean"] for p in per_seed])),
-                "correction_gap_max": max(p[i]["correction_gap_max"] for p in per_seed),
-            } for i in range(PHASES)],
+            "phases": [summarise([p[i] for p in per_seed]) for i in range(PHASES)],
         }
     return result
 

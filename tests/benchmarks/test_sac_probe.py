@@ -49,8 +49,9 @@ def test_upper_clamp_bounds_the_draws():
 def test_recorder_keeps_every_tenth_loss_call_and_skips_collection():
     record = sac_probe.Recorder(batch=4, own_min=-5.0)
     for _ in range(25):
-        record(torch.zeros(1, 2), torch.zeros(1, 2))  # collection: one env
-        record(torch.zeros(4, 2), torch.zeros(4, 2))
+        assert not record.due(1)  # collection: one env
+        if record.due(4):
+            record.record(torch.zeros(4, 2), torch.zeros(4, 2))
     assert record.calls == 25 and len(record.records) == 25 // sac_probe.EVERY
 
 
